@@ -8,7 +8,9 @@
 #if defined(__CUDACC__)
 #define DQ_HD __host__ __device__ __forceinline__
 #else
-#define DQ_HD inline
+// always_inline: a SIMD kernel that calls these compiles them with its own target flags,
+// and no out-of-line copy built for one ISA can be picked by the linker for another.
+#define DQ_HD inline __attribute__((always_inline))
 #endif
 
 namespace dq {

@@ -1,0 +1,45 @@
+// Shared pieces of the deltaq command line: engine flags, id lists, measurements.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace dq::app {
+
+// Registers -m/--model and the engine flags (--device, --threads, --kernels, --ctx) on `cmd`.
+struct EngineFlags {
+  std::string model;
+  std::string device = "cpu";
+  std::string kernels = "auto";
+  int threads = 0;
+  int ctx = 4096;
+  void add(CLI::App* cmd, bool model_required = true);
+  EngineOptions options() const;
+};
+
+// "5,17,42" -> {5, 17, 42}; throws dq::Error naming the bad entry.
+std::vector<int32_t> parse_ids(const std::string& s);
+std::string join_ids(const std::vector<int32_t>& ids);
+
+// Peak resident memory of this process, in bytes.
+size_t peak_rss_bytes();
+// The built-in demo model folder (models/demo-fortunes/mlx-4bit), or DELTAQ_DEMO_MODEL.
+std::string demo_model_dir();
+
+// Each command registers itself on the app; the returned pointer is checked after parsing.
+using Runner = std::function<int()>;
+struct Command {
+  CLI::App* app;
+  Runner run;
+};
+Command add_inspect(CLI::App& app);
+Command add_score(CLI::App& app);
+Command add_run(CLI::App& app);
+Command add_make_model(CLI::App& app);
+Command add_bench(CLI::App& app);
+Command add_demo(CLI::App& app);
+
+}  // namespace dq::app

@@ -1,0 +1,58 @@
+// deltaq bench: batch-1 decode speed against the memory bandwidth measured in the same run.
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "app/cli_common.h"
+
+namespace dq::app {
+
+Command add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "decode tok/s, bytes per token, GB/s and % of measured bandwidth");
+  auto f = std::make_shared<EngineFlags>();
+  auto tokens = std::make_shared<int>(64);
+  auto prompt = std::make_shared<int>(32);
+  f->add(cmd);
+  cmd->add_option("--tokens", *tokens, "decode steps to time")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--prompt", *prompt, "prompt tokens fed first (prefill is timed too)")->check(CLI::Range(1, 1 << 20));
+  return {cmd, [f, tokens, prompt]() {
+            using clk = std::chrono::steady_clock;
+            auto e = Engine::open(f->model, f->options());
+            const ModelConfig& c = e->config();
+            std::mt19937 rng(7);
+            std::vector<int32_t> ids(*prompt);
+            for (auto& t : ids) t = int32_t(rng() % uint32_t(c.vocab_size));
+            auto t0 = clk::now();
+            int32_t next = e->feed(ids);
+            double prefill_s = std::chrono::duration<double>(clk::now() - t0).count();
+            for (int i = 0; i < 3; ++i) next = e->step(next);  // warm-up
+            const int start_pos = e->position();
+            t0 = clk::now();
+            for (int i = 0; i < *tokens; ++i) next = e->step(next);
+            double s = std::chrono::duration<double>(clk::now() - t0).count();
+            const size_t rss = peak_rss_bytes();
+            const double tps = *tokens / s;
+            const double bpt = e->model().bytes_per_token(start_pos + *tokens / 2);
+            std::printf("model        %s (%d layers, hidden %d, vocab %d)\n", f->model.c_str(), c.num_layers,
+                        c.hidden_size, c.vocab_size);
+            std::printf("backend      %s\n", e->backend().name().c_str());
+            std::printf("prefill      %d tokens in %.3f s: %.1f tok/s\n", *prompt, prefill_s, *prompt / prefill_s);
+            std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
+                        tps, 1e3 * s / *tokens, start_pos, e->position());
+            std::printf("bytes/token  %.1f MB (weights %.1f MB + state and KV cache)\n", bpt / 1e6,
+                        e->model().weights().matrix_bytes / 1e6);
+            const double gbps = bpt * tps / 1e9;
+            const double bw = e->backend().measure_bandwidth_gbps();
+            std::printf("throughput   %.2f GB/s = %.1f%% of the %.2f GB/s read bandwidth measured now\n", gbps,
+                        100.0 * gbps / bw, bw);
+            std::printf("memory       peak RSS %.1f MB; backend allocations %.1f MB (state + activations %.1f MB)\n",
+                        rss / 1e6, e->backend().allocated_bytes() / 1e6, e->state_bytes() / 1e6);
+            std::printf("BENCH tok_s=%.3f ms_token=%.4f bytes_token=%.0f gb_s=%.3f bw_gb_s=%.3f pct_bw=%.2f "
+                        "prefill_tok_s=%.2f peak_rss_mb=%.1f backend=\"%s\"\n",
+                        tps, 1e3 * s / *tokens, bpt, gbps, bw, 100.0 * gbps / bw, *prompt / prefill_s, rss / 1e6,
+                        e->backend().name().c_str());
+            return 0;
+          }};
+}
+
+}  // namespace dq::app

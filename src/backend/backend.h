@@ -1,0 +1,35 @@
+// A backend owns memory and runs the op set through its Queue. The model never knows which.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/buffer.h"
+#include "backend/queue.h"
+
+namespace dq {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu (avx512, 2 threads)", "cuda (NVIDIA H200)"
+
+  // Zero-filled working memory.
+  virtual Buffer alloc(size_t bytes, const std::string& name) = 0;
+  // A copy of host bytes in backend memory.
+  virtual Buffer upload(const void* host, size_t bytes, const std::string& name) = 0;
+  // Weights: used in place where the backend can read host memory (the CPU: no second copy;
+  // `keep` keeps the mapping alive), otherwise copied once.
+  virtual Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void> keep,
+                         const std::string& name) = 0;
+
+  virtual std::unique_ptr<Queue> make_queue() = 0;
+
+  // Bytes of backend memory allocated by alloc/upload (and weights when copied).
+  virtual size_t allocated_bytes() const = 0;
+  virtual bool is_cpu() const { return true; }
+  // The memory read bandwidth this backend's weights stream from, measured now (GB/s):
+  // host memory for the CPU, device memory (a large device-to-device copy) for CUDA.
+  virtual double measure_bandwidth_gbps() = 0;
+};
+
+}  // namespace dq

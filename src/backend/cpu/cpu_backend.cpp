@@ -1,0 +1,236 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace dq {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct HostStorage : BufferStorage {
+  ~HostStorage() override { std::free(ptr); }
+};
+struct WrappedStorage : BufferStorage {
+  std::shared_ptr<const void> keep;
+};
+
+class CpuGraph : public Graph {
+ public:
+  std::vector<Op> ops;
+  int n_ops() const override { return int(ops.size()); }
+};
+
+// Ops run in order on one executor thread (which also drives the thread pool inside the
+// fast kernels). Executed ops are kept until the wait, so every buffer they touch stays alive.
+class CpuQueue : public Queue {
+ public:
+  CpuQueue(std::shared_ptr<CpuRunner> runner, std::string name)
+      : runner_(std::move(runner)), trace_(std::move(name)), exec_([this] { loop(); }) {}
+
+  ~CpuQueue() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    exec_.join();
+  }
+
+  void go(Op op) override {
+    if (capture_) {
+      capture_->ops.push_back(std::move(op));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stage_ops_ == 0) stage_start_ = Clock::now();
+      ++stage_ops_;
+      pending_.push_back(std::move(op));
+    }
+    cv_.notify_all();
+  }
+
+  void replay(const Graph& g) override {
+    for (const Op& op : static_cast<const CpuGraph&>(g).ops) go(op);
+  }
+
+  std::unique_ptr<Graph> capture(const std::function<void()>& issue) override {
+    auto g = std::make_unique<CpuGraph>();
+    capture_ = g.get();
+    try {
+      issue();
+    } catch (...) {
+      capture_ = nullptr;
+      throw;
+    }
+    capture_ = nullptr;
+    return g;
+  }
+
+  void wait() override {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return pending_.empty() && !busy_; });
+    std::vector<Op> done;
+    done.swap(done_);  // released outside the lock, after the stage is over
+    std::exception_ptr err = error_;
+    error_ = nullptr;
+    int n = stage_ops_;
+    double dev = device_ms_;
+    stage_ops_ = 0;
+    device_ms_ = 0;
+    auto start = stage_start_;
+    lk.unlock();
+    done.clear();
+    if (n > 0) trace_.report(n, dev, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    if (err) std::rethrow_exception(err);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !pending_.empty(); });
+      if (stop_ && pending_.empty()) return;
+      Op op = std::move(pending_.front());
+      pending_.pop_front();
+      busy_ = true;
+      bool skip = error_ != nullptr;  // after a failure the rest of the stage is skipped
+      lk.unlock();
+      std::exception_ptr err;
+      auto t0 = Clock::now();
+      if (!skip) {
+        try {
+          runner_->run(op);
+        } catch (const std::exception& e) {
+          err = std::make_exception_ptr(Error(std::string(op_name(op)) + ": " + e.what()));
+        } catch (...) {
+          err = std::make_exception_ptr(Error(std::string(op_name(op)) + ": unknown error"));
+        }
+      }
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      lk.lock();
+      device_ms_ += ms;
+      if (err && !error_) error_ = err;
+      done_.push_back(std::move(op));
+      busy_ = false;
+      if (pending_.empty()) done_cv_.notify_all();
+    }
+  }
+
+  std::shared_ptr<CpuRunner> runner_;
+  WaitTrace trace_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<Op> pending_;
+  std::vector<Op> done_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr error_;
+  int stage_ops_ = 0;
+  double device_ms_ = 0;
+  Clock::time_point stage_start_{};
+  CpuGraph* capture_ = nullptr;
+  std::thread exec_;
+};
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(CpuKernels kernels, int threads) {
+    kernels_ = resolve_cpu_kernels(kernels);
+    threads_ = kernels_ == CpuKernels::Reference ? 1 : threads > 0 ? threads : ThreadPool::default_threads();
+  }
+  std::string name() const override {
+    return fmt::format("cpu ({}, {} thread{})", cpu_kernels_name(kernels_), threads_, threads_ == 1 ? "" : "s");
+  }
+
+  Buffer alloc(size_t bytes, const std::string& name) override {
+    auto b = std::make_shared<HostStorage>();
+    size_t n = (bytes + 63) / 64 * 64;
+    b->ptr = std::aligned_alloc(64, n ? n : 64);
+    if (!b->ptr) fail("out of memory allocating {} bytes for {}", bytes, name);
+    std::memset(b->ptr, 0, n ? n : 64);
+    b->bytes = bytes;
+    b->name = name;
+    allocated_ += bytes;
+    return b;
+  }
+  Buffer upload(const void* host, size_t bytes, const std::string& name) override {
+    Buffer b = alloc(bytes, name);
+    if (bytes) std::memcpy(b->ptr, host, bytes);
+    return b;
+  }
+  Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void> keep, const std::string& name) override {
+    auto b = std::make_shared<WrappedStorage>();
+    b->ptr = const_cast<void*>(host);
+    b->bytes = bytes;
+    b->name = name;
+    b->keep = std::move(keep);
+    return b;
+  }
+  // Each queue has its own runner (and thread pool): queues never share workers.
+  std::unique_ptr<Queue> make_queue() override {
+    std::shared_ptr<CpuRunner> r =
+        kernels_ == CpuKernels::Reference ? make_reference_runner() : make_fast_runner(kernels_, threads_);
+    return std::make_unique<CpuQueue>(std::move(r), "cpu");
+  }
+  size_t allocated_bytes() const override { return allocated_; }
+  double measure_bandwidth_gbps() override { return measure_host_read_bandwidth(size_t(1) << 30, threads_); }
+
+ private:
+  CpuKernels kernels_;
+  int threads_;
+  std::atomic<size_t> allocated_{0};
+};
+
+}  // namespace
+
+double measure_host_read_bandwidth(size_t bytes, int threads, int repeats) {
+  if (threads <= 0) threads = ThreadPool::default_threads();
+  const size_t n = bytes / 8;
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
+  ThreadPool pool(threads);
+  pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) buf[i] = uint64_t(i) * 0x9E3779B97F4A7C15ull;
+  });
+  double best = 0;
+  std::vector<uint64_t> sink(threads);
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e, int t) {
+      // Independent sums keep several loads in flight; the compiler vectorises this.
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int64_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      for (; i < e; ++i) s0 += buf[i];
+      sink[t] += s0 + s1 + s2 + s3;
+    }, 4096);
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, double(n * 8) / s / 1e9);
+  }
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sink) keep = keep + v;
+  return best;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(CpuKernels kernels, int threads) {
+  return std::make_unique<CpuBackend>(kernels, threads);
+}
+
+}  // namespace dq

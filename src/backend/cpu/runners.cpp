@@ -1,0 +1,217 @@
+// The two CPU runners: the scalar reference and the fast one (SIMD kernel set + thread pool).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_runner.h"
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "ops/numerics.h"
+#include "ops/reference.h"
+
+namespace dq {
+
+CpuKernels parse_cpu_kernels(const std::string& s) {
+  if (s == "auto") return CpuKernels::Auto;
+  if (s == "reference") return CpuKernels::Reference;
+  if (s == "generic") return CpuKernels::Generic;
+  if (s == "avx2") return CpuKernels::Avx2;
+  if (s == "avx512") return CpuKernels::Avx512;
+  fail("unknown CPU kernel set '{}' (expected auto, reference, generic, avx2 or avx512)", s);
+}
+
+const char* cpu_kernels_name(CpuKernels k) {
+  switch (k) {
+    case CpuKernels::Auto: return "auto";
+    case CpuKernels::Reference: return "reference";
+    case CpuKernels::Generic: return "generic";
+    case CpuKernels::Avx2: return "avx2";
+    case CpuKernels::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+namespace {
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has_avx2();
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+CpuKernels resolve_cpu_kernels(CpuKernels want) {
+  const bool a2 = cpu::avx2_kernels() && cpu_has_avx2();
+  const bool a5 = cpu::avx512_kernels() && cpu_has_avx512();
+  switch (want) {
+    case CpuKernels::Auto: return a5 ? CpuKernels::Avx512 : a2 ? CpuKernels::Avx2 : CpuKernels::Generic;
+    case CpuKernels::Avx2:
+      if (!a2) fail("CPU kernel set 'avx2' is not available on this CPU/build");
+      return want;
+    case CpuKernels::Avx512:
+      if (!a5) fail("CPU kernel set 'avx512' is not available on this CPU/build");
+      return want;
+    default: return want;
+  }
+}
+
+namespace {
+
+class ReferenceRunner : public CpuRunner {
+ public:
+  void run(const Op& op) override {
+    std::visit([](const auto& o) { ref::run(o); }, op);
+  }
+  std::string describe() const override { return "reference"; }
+};
+
+class FastRunner : public CpuRunner {
+ public:
+  FastRunner(const cpu::KernelSet* ks, int threads) : ks_(ks), pool_(threads) {}
+  std::string describe() const override { return ks_->name; }
+
+  void run(const Op& op) override {
+    std::visit([this](const auto& o) { exec(o); }, op);
+  }
+
+ private:
+  template <class T>
+  void exec(const T& o) {
+    ref::run(o);
+  }
+
+  void exec(const op::Project& o) {
+    std::array<const Matrix*, op::Project::kMax> ms{};
+    for (int i = 0; i < o.n_out; ++i) ms[i] = &o.w[i];
+    products(ms.data(), o.y.data(), o.n_out, o.x, o.norm, o.eps, o.n_tokens, Epi::Store, nullptr);
+  }
+  void exec(const op::ProjectAdd& o) {
+    const Matrix* m = &o.w;
+    products(&m, &o.acc, 1, o.x, Ref{}, 0.0f, o.n_tokens, Epi::Add, nullptr);
+  }
+  void exec(const op::SwiGLU& o) {
+    const Matrix* m = &o.gate;
+    products(&m, &o.out, 1, o.x, o.norm, o.eps, o.n_tokens, Epi::SwiGLU, &o.up);
+  }
+
+  void exec(const op::GdnCore& o) {
+    const int C = o.d.conv_channels(), HkDk = o.d.n_k_heads * o.d.k_dim;
+    u_.resize(C);
+    qn_.resize(HkDk);
+    kn_.resize(HkDk);
+    for (int t = 0; t < o.n_tokens; ++t) {
+      ks_->gdn_prep(o, t, u_.data(), qn_.data(), kn_.data());
+      pool_.parallel_for(o.d.n_v_heads, [&](int64_t h0, int64_t h1, int) {
+        ks_->gdn_heads(o, t, int(h0), int(h1), u_.data(), qn_.data(), kn_.data());
+      });
+    }
+  }
+
+  void exec(const op::AttnCore& o) {
+    for (int t = 0; t < o.n_tokens; ++t) ks_->attn_append(o, t);
+    const int H = o.d.n_heads;
+    pool_.parallel_for(int64_t(o.n_tokens) * H, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) ks_->attn_heads(o, int(i / H), int(i % H), int(i % H) + 1);
+    });
+  }
+
+  enum class Epi { Store, Add, SwiGLU };
+
+  // A prepared input: x in a kernel set's layout plus group sums, for every token.
+  struct Prepared {
+    const cpu::KernelSet* ks;
+    int gs;
+    std::vector<float> x, xg;
+  };
+
+  Prepared& prepared_for(const cpu::KernelSet* ks, const Matrix& m, const float* xn, int T, int K) {
+    const int gs = m.format == WFormat::Affine ? m.group_size : 0;
+    for (int i = 0; i < n_prep_; ++i)
+      if (prep_[i].ks == ks && prep_[i].gs == gs) return prep_[i];
+    Prepared& p = prep_[n_prep_++];
+    p.ks = ks;
+    p.gs = gs;
+    p.x.resize(size_t(T) * K);
+    for (int t = 0; t < T; ++t) ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * K);
+    if (gs) {
+      p.xg.resize(size_t(T) * (K / gs));
+      for (int t = 0; t < T; ++t) num::group_sums(xn + size_t(t) * K, K, gs, p.xg.data() + size_t(t) * (K / gs));
+    }
+    return p;
+  }
+
+  void products(const Matrix* const* ms, const Ref* ys, int n, const Ref& x, const Ref& norm, float eps, int T,
+                Epi epi, const Matrix* up) {
+    const int K = ms[0]->cols;
+    const float* xn = x.as<float>();
+    if (norm) {
+      xn_.resize(size_t(T) * K);
+      for (int t = 0; t < T; ++t) ks_->rmsnorm(x.as<float>() + size_t(t) * K, norm.as<float>(), K, eps, xn_.data() + size_t(t) * K);
+      xn = xn_.data();
+    }
+    n_prep_ = 0;
+    Prepared* prep[op::Project::kMax];
+    int64_t row_start[op::Project::kMax + 1] = {0};
+    for (int i = 0; i < n; ++i) {
+      // A matrix the SIMD set does not specialise runs the generic (same-order) code.
+      bool fast = ks_->handles(*ms[i]) && (epi != Epi::SwiGLU || ks_->handles(*up));
+      prep[i] = &prepared_for(fast ? ks_ : cpu::generic_kernels(), *ms[i], xn, T, K);
+      row_start[i + 1] = row_start[i] + ms[i]->rows;
+    }
+    constexpr int kRowBlock = 32;  // rows whose weights stay in cache across token tiles
+    pool_.parallel_for(row_start[n], [&](int64_t b, int64_t e, int) {
+      for (int i = 0; i < n; ++i) {
+        int64_t lo = std::max(b, row_start[i]), hi = std::min(e, row_start[i + 1]);
+        if (lo >= hi) continue;
+        const Matrix& m = *ms[i];
+        const Prepared& p = *prep[i];
+        const int G = p.gs ? K / p.gs : 0;
+        float* y = ys[i].as<float>();
+        for (int64_t r0 = lo - row_start[i]; r0 < hi - row_start[i]; r0 += kRowBlock) {
+          int r1 = int(std::min<int64_t>(r0 + kRowBlock, hi - row_start[i]));
+          for (int t0 = 0; t0 < T; t0 += cpu::kMaxTile) {
+            cpu::MatTask task;
+            task.m = &m;
+            task.nt = std::min(cpu::kMaxTile, T - t0);
+            for (int j = 0; j < task.nt; ++j) {
+              task.x[j] = p.x.data() + size_t(t0 + j) * K;
+              task.xg[j] = G ? p.xg.data() + size_t(t0 + j) * G : nullptr;
+              task.y[j] = y + size_t(t0 + j) * m.rows;
+            }
+            if (epi == Epi::SwiGLU) p.ks->swiglu_rows(task, *up, int(r0), r1);
+            else p.ks->rows(task, int(r0), r1, epi == Epi::Add);
+          }
+        }
+      }
+    }, 8);
+  }
+
+  const cpu::KernelSet* ks_;
+  ThreadPool pool_;
+  std::vector<float> xn_, u_, qn_, kn_;
+  Prepared prep_[op::Project::kMax];
+  int n_prep_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<CpuRunner> make_reference_runner() { return std::make_unique<ReferenceRunner>(); }
+
+std::unique_ptr<CpuRunner> make_fast_runner(CpuKernels isa, int threads) {
+  const cpu::KernelSet* ks = cpu::generic_kernels();
+  if (isa == CpuKernels::Avx512) ks = cpu::avx512_kernels();
+  if (isa == CpuKernels::Avx2) ks = cpu::avx2_kernels();
+  DQ_CHECK(ks != nullptr, "kernel set {} not built", cpu_kernels_name(isa));
+  return std::make_unique<FastRunner>(ks, threads);
+}
+
+}  // namespace dq

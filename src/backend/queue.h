@@ -1,0 +1,48 @@
+// The general async queue (docs/architecture.md): go() enqueues any op and returns at once;
+// wait() ends a stage — it blocks until everything queued so far is done, releases the buffers
+// those ops held, and rethrows the first error raised while running them (naming the op).
+// DELTAQ_TRACE=1 prints one line per wait: ops, device time, wall time.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace dq {
+
+// A recorded sequence of ops (a decode step) that can be replayed.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual int n_ops() const = 0;
+};
+
+class Queue {
+ public:
+  virtual ~Queue() = default;
+  virtual void go(Op op) = 0;
+  virtual void wait() = 0;
+
+  // Records the ops `issue` enqueues (they do not run now) into a graph.
+  virtual std::unique_ptr<Graph> capture(const std::function<void()>& issue) = 0;
+  // Enqueues one run of a recorded graph, like go() does for one op.
+  virtual void replay(const Graph& g) = 0;
+};
+
+// Per-wait trace line, shared by the backends.
+class WaitTrace {
+ public:
+  explicit WaitTrace(std::string backend);
+  bool enabled() const { return enabled_; }
+  // Called at each wait with the number of ops it completed and the device time they took.
+  void report(int ops, double device_ms, double wall_ms);
+
+ private:
+  std::string backend_;
+  bool enabled_;
+  long waits_ = 0;
+};
+
+}  // namespace dq

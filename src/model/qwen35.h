@@ -1,0 +1,71 @@
+// The Qwen3.5 text model (qwen35.md): configuration-driven, one forward function for the decode
+// step (n = 1) and for prefill (n > 1), written only against the op set and the queue.
+#pragma once
+#include <vector>
+
+#include "backend/backend.h"
+#include "format/model_config.h"
+#include "model/weights.h"
+
+namespace dq {
+
+// Per-sequence state: the fp32 GDN conv windows and recurrent states, the KV cache, the position.
+struct SequenceState {
+  Ref pos;                   // i32 [1] tokens processed so far
+  std::vector<Ref> conv;     // per layer (GDN only): f32 [K-1][C]
+  std::vector<Ref> S;        // per layer (GDN only): f32 [Hv][Dk][Dv]
+  std::vector<Ref> k_cache;  // per layer (attention only): f32 [max_ctx][Hkv][hd]
+  std::vector<Ref> v_cache;
+  size_t bytes = 0;
+};
+
+// Working memory for forwards of up to max_tokens tokens.
+struct Activations {
+  int max_tokens = 0;
+  bool all_logits = false;
+  Ref tokens;         // i32 [n]
+  Ref h;              // f32 [n][H]  residual stream
+  Ref mixed, z, b, a; // GDN projections: [n][C], [n][Hv*Dv], [n][Hv], [n][Hv]
+  Ref core;           // f32 [n][Hv*Dv] GDN output / f32 [n][H*hd] attention output
+  Ref qg, k, v;       // attention projections: [n][2*H*hd], [n][Hkv*hd] x 2
+  Ref scores;         // f32 [n][H][max_ctx]
+  Ref ffn;            // f32 [n][I]
+  Ref logits;         // f32 [n or 1][V]
+  Ref next;           // i32 [1] argmax of the last logits row
+  size_t bytes = 0;
+};
+
+class Qwen35 {
+ public:
+  Qwen35(const ModelConfig& cfg, ModelWeights weights, Backend& be, int max_ctx);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  int max_ctx() const { return max_ctx_; }
+  GdnDims gdn_dims() const;
+  AttnDims attn_dims() const;
+
+  SequenceState new_state(Backend& be) const;
+  Activations new_activations(Backend& be, int max_tokens, bool all_logits) const;
+  // Enqueues zeroing of the recurrent state and pos = 0.
+  void reset(Queue& q, SequenceState& s) const;
+
+  // Enqueues one forward over a.tokens[0..n) at positions s.pos...: writes the logits of the
+  // last token (of every token when all_logits) and their argmax (a.next), then advances pos.
+  // The caller keeps pos + n within max_ctx (the ops read pos from device memory).
+  // When `layer_out` is set, the residual stream after each layer is read into it ([L][n][H]).
+  void forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits,
+               std::vector<std::vector<float>>* layer_out = nullptr) const;
+
+  // Bytes one decode step reads: weight matrices (one embedding row), norms, GDN state
+  // (read and written), KV cache at context length ctx.
+  double bytes_per_token(int ctx) const;
+
+ private:
+  ModelConfig cfg_;
+  ModelWeights w_;
+  int max_ctx_;
+  Ref rope_cos_, rope_sin_;  // f32 [max_ctx][rot/2]
+};
+
+}  // namespace dq

@@ -1,0 +1,227 @@
+// The numerics contract (docs/numerics.md): every op's floating-point evaluation order, written
+// once as scalar code usable from the host and from CUDA kernels. The fast CPU kernels and the
+// CUDA kernels reproduce these functions bit for bit. Rules:
+//   - every fused multiply-add is spelled fmaf; plain a*b+c stays two roundings
+//     (compile with -ffp-contract=off / nvcc -fmad=false);
+//   - reductions use the 32-lane order below (lane = index mod 32, sequential per lane, then
+//     a fixed butterfly), which maps to a CUDA warp and to 16/8-wide CPU SIMD;
+//   - exp/log are our own (library expf differs between glibc and CUDA); sqrtf and '/' are
+//     IEEE correctly rounded on both sides.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace dq::num {
+
+constexpr int kLanes = 32;
+
+// ---- elementary functions -------------------------------------------------------------------
+
+DQ_HD float pow2i(int n) {  // 2^n for n in [-126, 127], exact
+  return bits_to_f32(uint32_t(n + 127) << 23);
+}
+
+// exp(x), about 1 ulp (Cephes-style reduction and polynomial), deterministic.
+DQ_HD float exp(float x) {
+  if (x != x) return x;
+  if (x > 88.72283935546875f) return INFINITY;
+  if (x < -103.97208404541015625f) return 0.0f;
+  float n = rintf(x * 1.44269502162933349609375f);
+  float r = fmaf(n, -0.693359375f, x);
+  r = fmaf(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  float r2 = r * r;
+  p = fmaf(p, r2, r);
+  p = p + 1.0f;
+  int e = int(n);
+  // Scale by 2^e in two exact steps so that results near the subnormal range stay right.
+  if (e > 127) return (p * pow2i(127)) * pow2i(e - 127);
+  if (e < -126) return (p * pow2i(-126)) * pow2i(e + 126);
+  return p * pow2i(e);
+}
+
+// log(x) for x > 0 finite (Cephes-style), deterministic. log(0) = -inf, log(<0 or NaN) = NaN.
+DQ_HD float log(float x) {
+  if (!(x > 0.0f)) return x == 0.0f ? -INFINITY : NAN;
+  if (x == INFINITY) return x;
+  uint32_t u = f32_to_bits(x);
+  int e = 0;
+  if (u < 0x00800000u) {  // subnormal: normalise
+    x = x * 16777216.0f;
+    u = f32_to_bits(x);
+    e = -24;
+  }
+  e += int((u >> 23) & 0xff) - 126;
+  float m = bits_to_f32((u & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  if (m < 0.70710678118654752440f) {
+    e -= 1;
+    m = m + m - 1.0f;
+  } else {
+    m = m - 1.0f;
+  }
+  float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = fmaf(y, m, -1.1514610310e-1f);
+  y = fmaf(y, m, 1.1676998740e-1f);
+  y = fmaf(y, m, -1.2420140846e-1f);
+  y = fmaf(y, m, 1.4249322787e-1f);
+  y = fmaf(y, m, -1.6668057665e-1f);
+  y = fmaf(y, m, 2.0000714765e-1f);
+  y = fmaf(y, m, -2.4999993993e-1f);
+  y = fmaf(y, m, 3.3333331174e-1f);
+  y = (y * m) * z;
+  float fe = float(e);
+  y = fmaf(fe, -2.12194440e-4f, y);
+  y = fmaf(z, -0.5f, y);
+  return fmaf(fe, 0.693359375f, m + y);
+}
+
+// log(1 + x) for x >= 0, accurate for tiny x.
+DQ_HD float log1p(float x) {
+  float u = 1.0f + x;
+  if (u == 1.0f) return x;
+  if (u == INFINITY) return num::log(u);
+  return num::log(u) * (x / (u - 1.0f));
+}
+
+DQ_HD float sigmoid(float x) { return 1.0f / (1.0f + num::exp(-x)); }
+DQ_HD float silu(float x) { return x / (1.0f + num::exp(-x)); }
+// PyTorch's softplus (beta 1, threshold 20).
+DQ_HD float softplus(float x) { return x > 20.0f ? x : num::log1p(num::exp(x)); }
+// 1/sqrt(mean + eps) for a sum of squares over n values.
+DQ_HD float rms_inv(float sum_sq, int n, float eps) { return 1.0f / sqrtf(sum_sq / float(n) + eps); }
+
+// ---- the 32-lane reduction order ----------------------------------------------------------------
+
+// Sums lane[0..31] in the butterfly order a warp's xor-shuffles produce. Overwrites lane.
+DQ_HD float butterfly32(float* lane) {
+  for (int m = 16; m >= 1; m >>= 1)
+    for (int l = 0; l < m; ++l) lane[l] = lane[l] + lane[l + m];
+  return lane[0];
+}
+
+// Written block by block so a compiler can vectorise the 32 independent lanes.
+DQ_HD float sum_squares(const float* x, int n) {
+  float lane[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = fmaf(x[j + l], x[j + l], lane[l]);
+  for (int l = 0; j + l < n; ++l) lane[l] = fmaf(x[j + l], x[j + l], lane[l]);
+  return butterfly32(lane);
+}
+
+DQ_HD float dot(const float* a, const float* b, int n) {
+  float lane[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = fmaf(a[j + l], b[j + l], lane[l]);
+  for (int l = 0; j + l < n; ++l) lane[l] = fmaf(a[j + l], b[j + l], lane[l]);
+  return butterfly32(lane);
+}
+
+DQ_HD float sum(const float* x, int n) {
+  float lane[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = lane[l] + x[j + l];
+  for (int l = 0; j + l < n; ++l) lane[l] = lane[l] + x[j + l];
+  return butterfly32(lane);
+}
+
+// ---- weight rows --------------------------------------------------------------------------------
+// A weight row of K inputs is read in units of 8 consecutive inputs; unit u belongs to lane u % 32.
+// Dense (bf16/f16/f32) row:   p_u = chain_k fmaf(w_k, x_k, p) from 0;  lane += p_u.
+// Affine-quantized row (MLX: W = s*q + b per group of gs inputs):
+//   p_u = chain_k fmaf(q_k, x_k, p) from 0;            lane[u % 32] = fmaf(s_g(u), p_u, lane)
+//   bias: blane[g % 32] = fmaf(b_g, X_g, blane)  with X_g the group sum of x (group_sums);
+//   y = butterfly32(lane + blane).
+
+// Storage types of weights and scales: bf16 as uint16_t, f16 as f16_t, f32 as float.
+struct f16_t { uint16_t bits; };
+DQ_HD float load_f32(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+DQ_HD float load_f32(const f16_t* p, int64_t i) { return f16_to_f32(p[i].bits); }
+DQ_HD float load_f32(const float* p, int64_t i) { return p[i]; }
+
+template <class W>
+DQ_HD float dense_dot(const W* w, const float* x, int K) {
+  float lane[kLanes] = {};
+  for (int u = 0; u < K / 8; ++u) {
+    float p = 0.0f;
+    for (int k = 0; k < 8; ++k) p = fmaf(load_f32(w, 8 * u + k), x[8 * u + k], p);
+    lane[u & 31] = lane[u & 31] + p;
+  }
+  return butterfly32(lane);
+}
+
+// X_g: per unit, the chain sum of its 8 inputs; per group, the chain sum of its units.
+DQ_HD void group_sums(const float* x, int K, int gs, float* xg) {
+  for (int g = 0; g < K / gs; ++g) {
+    float s = 0.0f;
+    for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) {
+      float p = 0.0f;
+      for (int k = 0; k < 8; ++k) p = p + x[8 * u + k];
+      s = s + p;
+    }
+    xg[g] = s;
+  }
+}
+
+// q value k (0..7) of unit u of a row packed LSB-first in 32-bit words.
+template <int BITS>
+DQ_HD uint32_t unpack_q(const uint32_t* wrow, int u, int k) {
+  constexpr int per_word = 32 / BITS;
+  int j = 8 * u + k;
+  return (wrow[j / per_word] >> (BITS * (j % per_word))) & ((1u << BITS) - 1u);
+}
+
+template <int BITS, class S>
+DQ_HD float affine_dot(const uint32_t* wrow, const S* srow, const S* brow, const float* x, const float* xg, int K,
+                       int gs) {
+  float lane[kLanes] = {};
+  float blane[kLanes] = {};
+  for (int u = 0; u < K / 8; ++u) {
+    float p = 0.0f;
+    for (int k = 0; k < 8; ++k) p = fmaf(float(unpack_q<BITS>(wrow, u, k)), x[8 * u + k], p);
+    int g = u * 8 / gs;
+    lane[u & 31] = fmaf(load_f32(srow, g), p, lane[u & 31]);
+  }
+  for (int g = 0; g < K / gs; ++g) blane[g & 31] = fmaf(load_f32(brow, g), xg[g], blane[g & 31]);
+  for (int l = 0; l < kLanes; ++l) lane[l] = lane[l] + blane[l];
+  return butterfly32(lane);
+}
+
+// One dequantized weight (embedding rows): s*q + b, rounded once.
+template <int BITS, class S>
+DQ_HD float affine_weight(const uint32_t* wrow, const S* srow, const S* brow, int j, int gs) {
+  constexpr int per_word = 32 / BITS;
+  uint32_t q = (wrow[j / per_word] >> (BITS * (j % per_word))) & ((1u << BITS) - 1u);
+  return fmaf(load_f32(srow, j / gs), float(q), load_f32(brow, j / gs));
+}
+
+// ---- norms --------------------------------------------------------------------------------------
+
+// out = (x * r) * w with r = rms_inv(sum_squares(x)); w may be null (no weight).
+DQ_HD void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+  float r = rms_inv(sum_squares(x, n), n, eps);
+  for (int j = 0; j < n; ++j) out[j] = w ? (x[j] * r) * w[j] : x[j] * r;
+}
+
+// ---- rotary embedding ---------------------------------------------------------------------------
+// rotate-half on the first `rot` dims: for j < rot/2, (x_j, x_{j+rot/2}) rotated by angle i=j.
+DQ_HD void rope(float* x, int rot, const float* cos_row, const float* sin_row) {
+  int h = rot / 2;
+  for (int j = 0; j < h; ++j) {
+    float a = x[j], b = x[j + h], c = cos_row[j], s = sin_row[j];
+    x[j] = a * c - b * s;
+    x[j + h] = b * c + a * s;
+  }
+}
+
+}  // namespace dq::num

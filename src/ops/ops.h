@@ -1,0 +1,158 @@
+// The op set. The model is written only in terms of these ops (src/model/qwen35.cpp); each
+// backend executes them. Every op's evaluation order is fixed by its reference implementation
+// (src/ops/reference.cpp, built from src/ops/numerics.h), which the fast CPU and the CUDA
+// kernels reproduce bit for bit.
+//
+// Activations are fp32, row-major [n_tokens][...]. Dynamic values (token ids, the position)
+// live in buffers, so a decode step can be recorded once and replayed.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "core/dtype.h"
+
+namespace dq {
+
+// A weight matrix [rows, cols] in its stored format, used in place.
+enum class WFormat : uint8_t { Affine, BF16, F16, F32 };
+struct Matrix {
+  WFormat format = WFormat::F32;
+  int rows = 0, cols = 0;
+  int bits = 0, group_size = 0;     // Affine only
+  DType scale_dtype = DType::BF16;  // Affine only: dtype of scales and biases
+  Buffer w, scales, biases;         // w: U32 [rows][cols*bits/32] or [rows][cols] floats
+  std::string name;
+
+  size_t bytes() const;  // bytes one full product reads
+  explicit operator bool() const { return bool(w); }
+};
+
+struct GdnDims {
+  int n_k_heads, n_v_heads, k_dim, v_dim, conv_kernel;
+  float norm_eps;
+  int conv_channels() const { return 2 * n_k_heads * k_dim + n_v_heads * v_dim; }
+  int value_dim() const { return n_v_heads * v_dim; }
+};
+struct AttnDims {
+  int n_heads, n_kv_heads, head_dim, rotary_dim, max_ctx;
+  float norm_eps;
+};
+
+namespace op {
+
+// out[t] = dequantized row tokens[t] of the table.
+struct Embed {
+  Matrix table;
+  Ref tokens;  // i32 [n]
+  Ref out;     // f32 [n][cols]
+  int n_tokens;
+};
+
+// xn = rmsnorm(x) * norm (if norm is set); y_i = W_i xn for up to four matrices that share x.
+struct Project {
+  static constexpr int kMax = 4;
+  Ref x;     // f32 [n][K]
+  Ref norm;  // f32 [K] or empty
+  float eps = 1e-6f;
+  std::array<Matrix, kMax> w;
+  std::array<Ref, kMax> y;  // f32 [n][rows_i]
+  int n_out = 1;
+  int n_tokens = 1;
+};
+
+// acc += W x  (the residual add after out_proj / o_proj / down_proj).
+struct ProjectAdd {
+  Ref x;    // f32 [n][K]
+  Matrix w;
+  Ref acc;  // f32 [n][rows]
+  int n_tokens = 1;
+};
+
+// xn = rmsnorm(x) * norm; out = silu(W_gate xn) * (W_up xn).
+struct SwiGLU {
+  Ref x, norm;
+  float eps = 1e-6f;
+  Matrix gate, up;
+  Ref out;  // f32 [n][rows]
+  int n_tokens = 1;
+};
+
+// The Gated DeltaNet token mixer after its input projections, for n tokens in order:
+// causal conv (rolling state) + SiLU, split q|k|v, L2-normalised q (scaled) and k, gates
+// beta = sigmoid(b) and decay = exp(A_neg * softplus(a + dt_bias)), the delta-rule update of
+// the fp32 state S, read-out, and the gated RMSNorm with silu(z). See reference.cpp.
+struct GdnCore {
+  GdnDims d;
+  Ref mixed;    // f32 [n][C]     in_proj_qkv output
+  Ref z;        // f32 [n][Hv*Dv] in_proj_z output
+  Ref b, a;     // f32 [n][Hv]
+  Ref conv_w;   // f32 [C][K]
+  Ref A_neg;    // f32 [Hv]       -exp(A_log)
+  Ref dt_bias;  // f32 [Hv]
+  Ref norm;     // f32 [Dv]       gated norm weight (plain)
+  Ref conv_state;  // f32 [K-1][C] oldest first (sequence state)
+  Ref S;           // f32 [Hv][Dk][Dv] (sequence state)
+  Ref out;         // f32 [n][Hv*Dv]
+  int n_tokens = 1;
+};
+
+// Gated attention after its input projections, for n tokens at positions pos..pos+n-1:
+// per-head RMSNorm of q and k, partial rotary embedding, append k/v to the cache, causal GQA
+// softmax attention, output gate sigmoid(g). See reference.cpp.
+struct AttnCore {
+  AttnDims d;
+  Ref qg;        // f32 [n][H][2*hd]  query | gate per head
+  Ref k, v;      // f32 [n][Hkv*hd]
+  Ref q_norm, k_norm;  // f32 [hd] (1 + w)
+  Ref rope_cos, rope_sin;  // f32 [max_ctx][rot/2]
+  Ref k_cache, v_cache;    // f32 [max_ctx][Hkv][hd] (sequence state)
+  Ref pos;                 // i32 [1] position of the first token (sequence state)
+  Ref scores;              // f32 [n][H][max_ctx] scratch
+  Ref out;                 // f32 [n][H*hd]
+  int n_tokens = 1;
+};
+
+// out[0] = index of the largest value of x[0..n) (lowest index on ties; NaN never wins).
+struct Argmax {
+  Ref x;    // f32 [n]
+  int n;
+  Ref out;  // i32 [1]
+};
+
+// pos[0] += delta (advances the sequence after a step).
+struct AdvancePos {
+  Ref pos;
+  int delta;
+};
+
+// Zero-fills a buffer (state reset).
+struct Zero {
+  Buffer buf;
+};
+
+// Host -> buffer copy; the op owns the bytes.
+struct Write {
+  Buffer dst;
+  size_t offset_bytes = 0;
+  std::vector<uint8_t> bytes;
+};
+// Buffer -> host copy; `host` must stay valid until the wait.
+struct Read {
+  Buffer src;
+  size_t offset_bytes = 0;
+  size_t bytes = 0;
+  void* host = nullptr;
+};
+
+}  // namespace op
+
+using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::AttnCore, op::Argmax,
+                        op::AdvancePos, op::Zero, op::Write, op::Read>;
+
+const char* op_name(const Op& op);
+
+}  // namespace dq

@@ -1,0 +1,192 @@
+#include "ops/reference.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/numerics.h"
+#include "ops/reference_impl.h"
+
+namespace dq::ref {
+
+namespace {
+
+template <int BITS, class S>
+float affine_row(const Matrix& m, int row, const float* x, const float* xg) {
+  const int K = m.cols, G = K / m.group_size;
+  const auto* w = static_cast<const uint32_t*>(m.w->ptr) + size_t(row) * (size_t(K) * BITS / 32);
+  const auto* s = static_cast<const S*>(m.scales->ptr) + size_t(row) * G;
+  const auto* b = static_cast<const S*>(m.biases->ptr) + size_t(row) * G;
+  return num::affine_dot<BITS, S>(w, s, b, x, xg, K, m.group_size);
+}
+
+template <int BITS>
+float affine_row_s(const Matrix& m, int row, const float* x, const float* xg) {
+  switch (m.scale_dtype) {
+    case DType::BF16: return affine_row<BITS, uint16_t>(m, row, x, xg);
+    case DType::F16: return affine_row<BITS, num::f16_t>(m, row, x, xg);
+    case DType::F32: return affine_row<BITS, float>(m, row, x, xg);
+    default: fail("{}: unsupported scale dtype {}", m.name, dtype_name(m.scale_dtype));
+  }
+}
+
+template <int BITS, class S>
+void affine_embed_row(const Matrix& m, int row, float* out) {
+  const int K = m.cols, G = K / m.group_size;
+  const auto* w = static_cast<const uint32_t*>(m.w->ptr) + size_t(row) * (size_t(K) * BITS / 32);
+  const auto* s = static_cast<const S*>(m.scales->ptr) + size_t(row) * G;
+  const auto* b = static_cast<const S*>(m.biases->ptr) + size_t(row) * G;
+  for (int j = 0; j < K; ++j) out[j] = num::affine_weight<BITS, S>(w, s, b, j, m.group_size);
+}
+
+template <int BITS>
+void affine_embed_row_s(const Matrix& m, int row, float* out) {
+  switch (m.scale_dtype) {
+    case DType::BF16: return affine_embed_row<BITS, uint16_t>(m, row, out);
+    case DType::F16: return affine_embed_row<BITS, num::f16_t>(m, row, out);
+    case DType::F32: return affine_embed_row<BITS, float>(m, row, out);
+    default: fail("{}: unsupported scale dtype {}", m.name, dtype_name(m.scale_dtype));
+  }
+}
+
+}  // namespace
+
+void group_sums_for(const Matrix& m, const float* x, float* xg) {
+  if (m.format == WFormat::Affine) num::group_sums(x, m.cols, m.group_size, xg);
+}
+
+float row_dot(const Matrix& m, int row, const float* x, const float* xg) {
+  const size_t off = size_t(row) * size_t(m.cols);
+  switch (m.format) {
+    case WFormat::Affine:
+      if (m.bits == 4) return affine_row_s<4>(m, row, x, xg);
+      if (m.bits == 8) return affine_row_s<8>(m, row, x, xg);
+      fail("{}: unsupported quantization bits {}", m.name, m.bits);
+    case WFormat::BF16: return num::dense_dot(static_cast<const uint16_t*>(m.w->ptr) + off, x, m.cols);
+    case WFormat::F16: return num::dense_dot(static_cast<const num::f16_t*>(m.w->ptr) + off, x, m.cols);
+    case WFormat::F32: return num::dense_dot(static_cast<const float*>(m.w->ptr) + off, x, m.cols);
+  }
+  return 0.0f;
+}
+
+void run(const op::Embed& o) {
+  const Matrix& m = o.table;
+  const int32_t* tok = o.tokens.as<int32_t>();
+  for (int t = 0; t < o.n_tokens; ++t) {
+    int row = tok[t];
+    if (row < 0 || row >= m.rows) fail("embed: token id {} out of range [0, {})", row, m.rows);
+    float* out = o.out.as<float>() + size_t(t) * m.cols;
+    const size_t off = size_t(row) * size_t(m.cols);
+    switch (m.format) {
+      case WFormat::Affine:
+        if (m.bits == 4) affine_embed_row_s<4>(m, row, out);
+        else if (m.bits == 8) affine_embed_row_s<8>(m, row, out);
+        else fail("{}: unsupported quantization bits {}", m.name, m.bits);
+        break;
+      case WFormat::BF16:
+        for (int j = 0; j < m.cols; ++j) out[j] = bf16_to_f32(static_cast<const uint16_t*>(m.w->ptr)[off + j]);
+        break;
+      case WFormat::F16:
+        for (int j = 0; j < m.cols; ++j) out[j] = f16_to_f32(static_cast<const uint16_t*>(m.w->ptr)[off + j]);
+        break;
+      case WFormat::F32: std::memcpy(out, static_cast<const float*>(m.w->ptr) + off, size_t(m.cols) * 4); break;
+    }
+  }
+}
+
+namespace {
+// xn = rmsnorm(x) * norm, or x itself when there is no norm.
+const float* normed(const Ref& x, const Ref& norm, float eps, int t, int K, std::vector<float>& buf) {
+  const float* xt = x.as<float>() + size_t(t) * K;
+  if (!norm) return xt;
+  buf.resize(K);
+  num::rmsnorm(xt, norm.as<float>(), K, eps, buf.data());
+  return buf.data();
+}
+}  // namespace
+
+void run(const op::Project& o) {
+  const int K = o.w[0].cols;
+  std::vector<float> xn, xg(K);
+  for (int t = 0; t < o.n_tokens; ++t) {
+    const float* x = normed(o.x, o.norm, o.eps, t, K, xn);
+    for (int i = 0; i < o.n_out; ++i) {
+      const Matrix& m = o.w[i];
+      group_sums_for(m, x, xg.data());
+      float* y = o.y[i].as<float>() + size_t(t) * m.rows;
+      for (int r = 0; r < m.rows; ++r) y[r] = row_dot(m, r, x, xg.data());
+    }
+  }
+}
+
+void run(const op::ProjectAdd& o) {
+  const Matrix& m = o.w;
+  std::vector<float> xg(m.cols);
+  for (int t = 0; t < o.n_tokens; ++t) {
+    const float* x = o.x.as<float>() + size_t(t) * m.cols;
+    group_sums_for(m, x, xg.data());
+    float* acc = o.acc.as<float>() + size_t(t) * m.rows;
+    for (int r = 0; r < m.rows; ++r) acc[r] = acc[r] + row_dot(m, r, x, xg.data());
+  }
+}
+
+void run(const op::SwiGLU& o) {
+  const int K = o.gate.cols;
+  std::vector<float> xn, xg(K);
+  for (int t = 0; t < o.n_tokens; ++t) {
+    const float* x = normed(o.x, o.norm, o.eps, t, K, xn);
+    group_sums_for(o.gate, x, xg.data());  // gate and up share the group size (checked at load)
+    float* out = o.out.as<float>() + size_t(t) * o.gate.rows;
+    for (int r = 0; r < o.gate.rows; ++r) {
+      float g = row_dot(o.gate, r, x, xg.data());
+      float u = row_dot(o.up, r, x, xg.data());
+      out[r] = num::silu(g) * u;
+    }
+  }
+}
+
+void run(const op::GdnCore& o) {
+  const int C = o.d.conv_channels(), Hk = o.d.n_k_heads, Dk = o.d.k_dim;
+  std::vector<float> u(C), qn(size_t(Hk) * Dk), kn(size_t(Hk) * Dk);
+  for (int t = 0; t < o.n_tokens; ++t) {
+    gdn_conv(o, t, u.data());
+    gdn_qk_norm(o, u.data(), qn.data(), kn.data());
+    for (int hv = 0; hv < o.d.n_v_heads; ++hv) gdn_head(o, t, hv, u.data(), qn.data(), kn.data());
+  }
+}
+
+void run(const op::AttnCore& o) {
+  for (int t = 0; t < o.n_tokens; ++t) attn_append_kv(o, t);
+  for (int t = 0; t < o.n_tokens; ++t)
+    for (int h = 0; h < o.d.n_heads; ++h) attn_head(o, t, h);
+}
+
+// ---- small ops -----------------------------------------------------------------------------------
+
+void run(const op::Argmax& o) {
+  const float* x = o.x.as<float>();
+  int best = 0;
+  float bv = -INFINITY;
+  for (int i = 0; i < o.n; ++i)
+    if (x[i] > bv) {
+      bv = x[i];
+      best = i;
+    }
+  o.out.as<int32_t>()[0] = best;
+}
+
+void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }
+
+void run(const op::Zero& o) { std::memset(o.buf->ptr, 0, o.buf->bytes); }
+
+void run(const op::Write& o) {
+  DQ_CHECK(o.offset_bytes + o.bytes.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
+  std::memcpy(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.bytes.data(), o.bytes.size());
+}
+
+void run(const op::Read& o) {
+  DQ_CHECK(o.offset_bytes + o.bytes <= o.src->bytes, "read past the end of {}", o.src->name);
+  std::memcpy(o.host, static_cast<const uint8_t*>(o.src->ptr) + o.offset_bytes, o.bytes);
+}
+
+}  // namespace dq::ref

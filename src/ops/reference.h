@@ -1,0 +1,25 @@
+// Scalar reference implementation of every op: the definition of its evaluation order.
+// Operands are host memory. Single-threaded, plain loops over numerics.h.
+#pragma once
+#include "ops/ops.h"
+
+namespace dq::ref {
+
+// y = W[row] . x for one row, in the canonical order; xg = group sums of x (affine only).
+float row_dot(const Matrix& m, int row, const float* x, const float* xg);
+// Group sums of x for an affine matrix (size cols / group_size); no-op for dense.
+void group_sums_for(const Matrix& m, const float* x, float* xg);
+
+void run(const op::Embed& o);
+void run(const op::Project& o);
+void run(const op::ProjectAdd& o);
+void run(const op::SwiGLU& o);
+void run(const op::GdnCore& o);
+void run(const op::AttnCore& o);
+void run(const op::Argmax& o);
+void run(const op::AdvancePos& o);
+void run(const op::Zero& o);
+void run(const op::Write& o);
+void run(const op::Read& o);
+
+}  // namespace dq::ref

@@ -1,0 +1,149 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+#if DELTAQ_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace dq {
+
+bool cuda_available(std::string* why) {
+#if DELTAQ_HAVE_CUDA
+  return cuda_device_available(why);
+#else
+  if (why) *why = "this build of deltaq has no CUDA backend (configure with -DDELTAQ_CUDA=ON where nvcc exists)";
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const EngineOptions& opt) {
+  if (opt.device == "cpu") return make_cpu_backend(opt.cpu_kernels, opt.threads);
+  if (opt.device == "cuda") {
+    std::string why;
+    if (!cuda_available(&why)) fail("--device cuda: {}", why);
+#if DELTAQ_HAVE_CUDA
+    return make_cuda_backend();
+#endif
+  }
+  fail("unknown device '{}' (expected cpu or cuda)", opt.device);
+}
+
+std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions& opt) {
+  std::unique_ptr<Engine> e(new Engine(Checkpoint::open(dir)));
+  e->opt_ = opt;
+  if (opt.max_ctx < 1) fail("--ctx must be at least 1, got {}", opt.max_ctx);
+  if (opt.prefill_chunk < 1) fail("prefill chunk must be at least 1, got {}", opt.prefill_chunk);
+  const int ctx = std::min(opt.max_ctx, e->config().max_position);
+  e->be_ = make_backend(opt);
+  e->model_ = std::make_unique<Qwen35>(e->config(), load_weights(e->ck_, *e->be_), *e->be_, ctx);
+  e->q_ = e->be_->make_queue();
+  e->state_ = e->model_->new_state(*e->be_);
+  e->act_ = e->model_->new_activations(*e->be_, std::min(opt.prefill_chunk, ctx), false);
+  e->act1_ = e->model_->new_activations(*e->be_, 1, false);
+  e->step_graph_ = e->q_->capture([&] { e->model_->forward(*e->q_, e->state_, e->act1_, 1, false); });
+  e->reset();
+  return e;
+}
+
+Engine::~Engine() {
+  if (q_) {
+    try {
+      q_->wait();
+    } catch (...) {
+    }
+  }
+}
+
+void Engine::reset() {
+  model_->reset(*q_, state_);
+  q_->wait();
+  pos_ = 0;
+}
+
+void Engine::check_ids(std::span<const int32_t> ids) const {
+  const int V = config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V) fail("token id {} (position {}) is out of range [0, {})", ids[i], i, V);
+  if (pos_ + int64_t(ids.size()) > max_ctx())
+    fail("context is full: {} tokens + {} new exceed the context of {} tokens (raise --ctx)", pos_, ids.size(),
+         max_ctx());
+}
+
+void Engine::write_tokens(const Activations& a, std::span<const int32_t> ids) {
+  op::Write w{a.tokens.buf, 0, std::vector<uint8_t>(ids.size() * 4)};
+  std::memcpy(w.bytes.data(), ids.data(), ids.size() * 4);
+  q_->go(std::move(w));
+}
+
+std::vector<float> Engine::score(std::span<const int32_t> ids) {
+  reset();
+  check_ids(ids);
+  const int V = config().vocab_size;
+  std::vector<float> out(ids.size() * size_t(V));
+  Activations a = model_->new_activations(*be_, std::min<int>(opt_.prefill_chunk, std::max<int>(1, int(ids.size()))), true);
+  for (size_t i = 0; i < ids.size(); i += a.max_tokens) {
+    int n = int(std::min<size_t>(a.max_tokens, ids.size() - i));
+    write_tokens(a, ids.subspan(i, n));
+    model_->forward(*q_, state_, a, n, true);
+    q_->go(op::Read{a.logits.buf, 0, size_t(n) * V * 4, out.data() + i * V});
+    q_->wait();
+    pos_ += n;
+  }
+  return out;
+}
+
+int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logits) {
+  check_ids(ids);
+  if (ids.empty()) fail("nothing to feed: the prompt has no tokens");
+  int32_t next = 0;
+  for (size_t i = 0; i < ids.size(); i += act_.max_tokens) {
+    int n = int(std::min<size_t>(act_.max_tokens, ids.size() - i));
+    if (n == 1) return step(ids[i], last_logits);
+    write_tokens(act_, ids.subspan(i, n));
+    model_->forward(*q_, state_, act_, n, false);
+    q_->go(op::Read{act_.next.buf, 0, 4, &next});
+    if (last_logits && i + n == ids.size()) {
+      last_logits->resize(config().vocab_size);
+      q_->go(op::Read{act_.logits.buf, 0, size_t(config().vocab_size) * 4, last_logits->data()});
+    }
+    q_->wait();
+    pos_ += n;
+  }
+  return next;
+}
+
+int32_t Engine::step(int32_t token, std::vector<float>* logits) {
+  const int32_t one[1] = {token};
+  check_ids(one);
+  write_tokens(act1_, one);
+  q_->replay(*step_graph_);
+  int32_t next = 0;
+  q_->go(op::Read{act1_.next.buf, 0, 4, &next});
+  if (logits) {
+    logits->resize(config().vocab_size);
+    q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
+  }
+  q_->wait();
+  pos_ += 1;
+  return next;
+}
+
+std::vector<std::vector<float>> Engine::layer_outputs(std::span<const int32_t> ids) {
+  reset();
+  check_ids(ids);
+  if (ids.empty()) return {};
+  Activations a = model_->new_activations(*be_, int(ids.size()), false);
+  std::vector<std::vector<float>> out;
+  write_tokens(a, ids);
+  model_->forward(*q_, state_, a, int(ids.size()), false, &out);
+  q_->wait();
+  pos_ += int(ids.size());
+  return out;
+}
+
+}  // namespace dq

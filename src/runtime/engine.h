@@ -1,0 +1,71 @@
+// The engine: one model folder loaded on one backend, with a sequence state and a queue.
+// It is what the CLI and the server use; everything below it is backend-neutral.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_runner.h"
+#include "format/checkpoint.h"
+#include "model/qwen35.h"
+
+namespace dq {
+
+struct EngineOptions {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  CpuKernels cpu_kernels = CpuKernels::Auto;
+  int threads = 0;            // CPU threads, 0 = all
+  int max_ctx = 4096;         // KV cache length (clamped to the model's max_position_embeddings)
+  int prefill_chunk = 64;     // tokens per prefill forward
+};
+
+// Makes the backend named by opt.device; throws dq::Error with a clear message when it is unavailable.
+std::unique_ptr<Backend> make_backend(const EngineOptions& opt);
+bool cuda_available(std::string* why = nullptr);
+
+class Engine {
+ public:
+  static std::unique_ptr<Engine> open(const std::string& dir, const EngineOptions& opt);
+  ~Engine();
+
+  const Checkpoint& checkpoint() const { return ck_; }
+  const ModelConfig& config() const { return ck_.config(); }
+  const Qwen35& model() const { return *model_; }
+  Backend& backend() { return *be_; }
+  Queue& queue() { return *q_; }
+  int position() const { return pos_; }
+  int max_ctx() const { return model_->max_ctx(); }
+  size_t state_bytes() const { return state_.bytes + act_.bytes + act1_.bytes; }
+
+  // Starts a new sequence.
+  void reset();
+  // Teacher-forced logits of a fresh sequence: row i = logits after ids[0..i]. [n][vocab]
+  std::vector<float> score(std::span<const int32_t> ids);
+  // Feeds tokens at the current position; returns the argmax after the last one and, if asked,
+  // its logits.
+  int32_t feed(std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr);
+  // One decode step (the recorded graph): feeds one token, returns the argmax of the next.
+  int32_t step(int32_t token, std::vector<float>* logits = nullptr);
+  // Per-layer residual stream of a fresh prefill of ids: [L][n][H] (for checks and --dump).
+  std::vector<std::vector<float>> layer_outputs(std::span<const int32_t> ids);
+
+ private:
+  Engine(Checkpoint ck) : ck_(std::move(ck)) {}
+  void check_ids(std::span<const int32_t> ids) const;
+  void write_tokens(const Activations& a, std::span<const int32_t> ids);
+
+  Checkpoint ck_;
+  EngineOptions opt_;
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Qwen35> model_;
+  std::unique_ptr<Queue> q_;
+  SequenceState state_;
+  Activations act_;   // prefill chunks
+  Activations act1_;  // decode step (its graph is recorded once)
+  std::unique_ptr<Graph> step_graph_;
+  int pos_ = 0;
+};
+
+}  // namespace dq
