@@ -41,6 +41,19 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   return f;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+void MappedFile::prefault() const {
+  if (!data_) return;
+  void* p = const_cast<uint8_t*>(data_);
+  madvise(p, size_, MADV_WILLNEED);
+  if (madvise(p, size_, MADV_POPULATE_READ) == 0) return;
+  volatile uint8_t sink = 0;  // older kernels: touch one byte per page
+  for (size_t i = 0; i < size_; i += 4096) sink = sink + data_[i];
+}
+
 MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -15,6 +15,10 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  // Reads the whole file into memory and maps every page now (no page faults or disk reads
+  // later, in the middle of a decode step).
+  void prefault() const;
+
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }

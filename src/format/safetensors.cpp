@@ -25,7 +25,13 @@ std::string TensorInfo::shape_str() const {
 
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   auto f = MappedFile::open(path);
-  return parse(f->data(), f->size(), path, f);
+  auto st = parse(f->data(), f->size(), path, f);
+  std::const_pointer_cast<SafetensorsFile>(st)->file_ = f;
+  return st;
+}
+
+void SafetensorsFile::prefault() const {
+  if (file_) file_->prefault();
 }
 
 namespace {

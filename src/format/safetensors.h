@@ -43,6 +43,8 @@ class SafetensorsFile {
   const TensorInfo* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::shared_ptr<const void>& keepalive() const { return keep_; }
+  // Maps every page of the file now (see MappedFile::prefault); no-op for in-memory images.
+  void prefault() const;
 
  private:
   std::string path_;
@@ -50,6 +52,7 @@ class SafetensorsFile {
   std::unordered_map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
   std::shared_ptr<const void> keep_;
+  std::shared_ptr<const MappedFile> file_;
 };
 
 // Writes a safetensors file (tensors in the given order, header padded to 8 bytes).

@@ -40,6 +40,9 @@ std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions
   if (opt.prefill_chunk < 1) fail("prefill chunk must be at least 1, got {}", opt.prefill_chunk);
   const int ctx = std::min(opt.max_ctx, e->config().max_position);
   e->be_ = make_backend(opt);
+  // The CPU reads weights in place: map them all now rather than fault them in mid-step.
+  if (e->be_->is_cpu())
+    for (const auto& f : e->ck_.files()) f->prefault();
   e->model_ = std::make_unique<Qwen35>(e->config(), load_weights(e->ck_, *e->be_), *e->be_, ctx);
   e->q_ = e->be_->make_queue();
   e->state_ = e->model_->new_state(*e->be_);

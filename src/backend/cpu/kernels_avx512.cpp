@@ -1,4 +1,330 @@
+// AVX-512 kernels: the reference evaluation order (ops/numerics.h) with 16-wide vectors.
+//
+// Affine 4-bit rows. A row's units (8 inputs = one 32-bit word) go to lane u % 32. A block of
+// 16 units (64 bytes) fills one zmm of words; its lanes are canonical lanes 0-15 (even block)
+// or 16-31 (odd block), so each row keeps two accumulators, lo and hi. Nibble k of every word
+// is isolated with one AND (no shift): it reads as the integer q * 2^(4k), converted exactly,
+// and multiplies x * 2^(-4k) from the prepared input — the same real product q * x, so the
+// fmaf chain p = fma(q_k, x_k, p) rounds exactly as the reference does. (An x below 2^-98 would
+// lose bits when scaled; prepare() then refuses and the generic code runs that product.)
+// BF16 rows use the same lanes; four loads are transposed so that vector k holds input k of 16
+// units.
 #include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "ops/numerics.h"
+#include "ops/reference_impl.h"
+
+#define DQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
+#define DQ_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2"), always_inline))
+
+namespace dq::cpu {
+
+namespace {
+
+constexpr int kBlockUnits = 16;
+constexpr int kBlockFloats = 8 * kBlockUnits;  // 128
+constexpr int kMaxGroups = 2048;                 // per row: K <= 65536 at group size 32
+
+int n_blocks(const Matrix& m) { return (m.cols / 8 + kBlockUnits - 1) / kBlockUnits; }
+
+bool handles(const Matrix& m) {
+  if (m.format == WFormat::Affine)
+    return m.bits == 4 && m.scale_dtype == DType::BF16 && m.cols / m.group_size <= kMaxGroups &&
+           (m.group_size == 32 || m.group_size == 64 || m.group_size == 128);
+  return m.format == WFormat::BF16;
+}
+
+size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
+
+// xp[b][k][m] = x[8(16b + m) + k] * 2^(-4k) (affine) or x[...] (bf16); zero past the row.
+bool prepare(const Matrix& m, const float* x, float* xp) {
+  const int U = m.cols / 8, NB = n_blocks(m);
+  const bool affine = m.format == WFormat::Affine;
+  bool exact = true;
+  for (int b = 0; b < NB; ++b)
+    for (int k = 0; k < 8; ++k) {
+      const float scale = affine ? num::pow2i(-4 * k) : 1.0f;
+      for (int l = 0; l < kBlockUnits; ++l) {
+        int u = b * kBlockUnits + l;
+        float v = u < U ? x[8 * u + k] : 0.0f;
+        if (affine && v != 0.0f && std::fabs(v) < 0x1p-98f) exact = false;
+        xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = v * scale;
+      }
+    }
+  return exact;
+}
+
+DQ_AVX512 inline float butterfly(__m512 lo, __m512 hi) {
+  __m512 s = _mm512_add_ps(lo, hi);  // lane l + lane l+16
+  __m256 a = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+  __m128 c = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+}
+
+DQ_AVX512 inline __m512 bf16x16_to_ps(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Lane -> group offset within a block of 16 units: 8m / GS.
+template <int GS>
+DQ_AVX512 inline __m512i group_index() {
+  return _mm512_set_epi32(120 / GS, 112 / GS, 104 / GS, 96 / GS, 88 / GS, 80 / GS, 72 / GS, 64 / GS, 56 / GS, 48 / GS,
+                          40 / GS, 32 / GS, 24 / GS, 16 / GS, 8 / GS, 0);
+}
+
+// Affine 4-bit, group size GS: rows [r0, r1) in groups of R rows, NT tokens each.
+template <int R, int NT, int GS>
+DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
+  const Matrix& m = *t.m;
+  const int K = m.cols, U = K / 8, NB = n_blocks(m), G = K / GS;
+  constexpr int GPB = kBlockFloats / GS;  // groups per block: 4, 2, 1
+  const __m512i idx = group_index<GS>();
+  const auto* W0 = static_cast<const uint32_t*>(m.w->ptr);
+  const auto* S0 = static_cast<const uint16_t*>(m.scales->ptr);
+  const auto* B0 = static_cast<const uint16_t*>(m.biases->ptr);
+  alignas(64) float sbuf[R][kMaxGroups + 16];  // the rows' scales as fp32
+  for (int r = r0; r + R <= r1; r += R) {
+    const uint32_t* W[R];
+    for (int i = 0; i < R; ++i) {
+      W[i] = W0 + size_t(r + i) * U;
+      const uint16_t* S = S0 + size_t(r + i) * G;
+      for (int g = 0; g < G; g += 16) {
+        __mmask16 mk = G - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (G - g)) - 1);
+        _mm512_store_ps(&sbuf[i][g], bf16x16_to_ps(_mm256_maskz_loadu_epi16(mk, S + g)));
+      }
+    }
+    __m512 acc0[R][NT], acc1[R][NT];  // canonical lanes 0-15 and 16-31
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < NT; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
+
+    // Blocks b (canonical lanes 0-15, acc0) and b+1 (lanes 16-31, acc1) interleaved, so that
+    // 2R independent fma chains hide the fma latency. Written as a macro, not a lambda: the
+    // accumulators must stay in registers (capturing them by reference made GCC spill them).
+    // NBLK = 1 for a final odd block.
+#define DQ_AFFINE4_BLOCKS(b_, NBLK)                                                                  \
+  {                                                                                                \
+    const int b = (b_);                                                                            \
+    __mmask16 mk[2];                                                                               \
+    __m512i w[2][R];                                                                               \
+    __m512 p[2][R][NT];                                                                            \
+    for (int h = 0; h < NBLK; ++h) {                                                               \
+      const int valid = U - (b + h) * kBlockUnits;                                                 \
+      mk[h] = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);                      \
+      for (int i = 0; i < R; ++i) {                                                                \
+        _mm_prefetch(reinterpret_cast<const char*>(W[i] + (b + h) * kBlockUnits + R * U), _MM_HINT_T0); \
+        w[h][i] = _mm512_maskz_loadu_epi32(mk[h], W[i] + (b + h) * kBlockUnits);                   \
+        for (int j = 0; j < NT; ++j) p[h][i][j] = _mm512_setzero_ps();                             \
+      }                                                                                            \
+    }                                                                                              \
+    for (int k = 0; k < 8; ++k) {                                                                  \
+      const __m512i nib = _mm512_set1_epi32(int32_t(0xFu << (4 * k)));                             \
+      for (int h = 0; h < NBLK; ++h) {                                                             \
+        __m512 xv[NT];                                                                             \
+        for (int j = 0; j < NT; ++j)                                                               \
+          xv[j] = _mm512_loadu_ps(t.x[j] + size_t(b + h) * kBlockFloats + k * kBlockUnits);        \
+        for (int i = 0; i < R; ++i) {                                                              \
+          __m512 q = _mm512_cvtepu32_ps(_mm512_and_si512(w[h][i], nib));                           \
+          for (int j = 0; j < NT; ++j) p[h][i][j] = _mm512_fmadd_ps(q, xv[j], p[h][i][j]);         \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+    for (int i = 0; i < R; ++i) {                                                                  \
+      __m512 sv0 = GPB == 1 ? _mm512_set1_ps(sbuf[i][b])                                           \
+                            : _mm512_permutexvar_ps(idx, _mm512_loadu_ps(&sbuf[i][b * GPB]));      \
+      for (int j = 0; j < NT; ++j) acc0[i][j] = _mm512_mask3_fmadd_ps(sv0, p[0][i][j], acc0[i][j], mk[0]); \
+      if (NBLK == 2) {                                                                             \
+        __m512 sv1 = GPB == 1 ? _mm512_set1_ps(sbuf[i][b + 1])                                     \
+                              : _mm512_permutexvar_ps(idx, _mm512_loadu_ps(&sbuf[i][(b + 1) * GPB])); \
+        for (int j = 0; j < NT; ++j) acc1[i][j] = _mm512_mask3_fmadd_ps(sv1, p[1][i][j], acc1[i][j], mk[1]); \
+      }                                                                                            \
+    }                                                                                              \
+  }
+    int b2 = 0;
+    for (; b2 + 2 <= NB; b2 += 2) DQ_AFFINE4_BLOCKS(b2, 2)
+    if (b2 < NB) DQ_AFFINE4_BLOCKS(b2, 1)
+#undef DQ_AFFINE4_BLOCKS
+
+    // Bias term: group g -> lane g % 32, then lane + blane and the butterfly.
+    for (int i = 0; i < R; ++i) {
+      const uint16_t* B = B0 + size_t(r + i) * G;
+      for (int j = 0; j < NT; ++j) {
+        __m512 bacc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int g = 0; g < G; g += 16) {
+          __mmask16 mk = G - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (G - g)) - 1);
+          __m512 bv = bf16x16_to_ps(_mm256_maskz_loadu_epi16(mk, B + g));
+          __m512 xg = _mm512_maskz_loadu_ps(mk, t.xg[j] + g);
+          bacc[(g / 16) & 1] = _mm512_mask3_fmadd_ps(bv, xg, bacc[(g / 16) & 1], mk);
+        }
+        float v = butterfly(_mm512_add_ps(acc0[i][j], bacc[0]), _mm512_add_ps(acc1[i][j], bacc[1]));
+        float* y = t.y[j] + r + i;
+        *y = add ? *y + v : v;
+      }
+    }
+  }
+}
+
+template <int R, int NT>
+DQ_AVX512 void affine4_dispatch(const MatTask& t, int r0, int r1, bool add) {
+  switch (t.m->group_size) {
+    case 32: return affine4_rows<R, NT, 32>(t, r0, r1, add);
+    case 64: return affine4_rows<R, NT, 64>(t, r0, r1, add);
+    default: return affine4_rows<R, NT, 128>(t, r0, r1, add);
+  }
+}
+
+// BF16 weights: R rows x NT tokens.
+template <int R, int NT>
+DQ_AVX512 void bf16_rows_at(const MatTask& t, int r0, bool add);
+
+template <int R, int NT>
+DQ_AVX512 void bf16_rows(const MatTask& t, int r0, int r1, bool add) {
+  for (int r = r0; r + R <= r1; r += R) bf16_rows_at<R, NT>(t, r, add);
+}
+
+template <int R, int NT>
+DQ_AVX512 void bf16_rows_at(const MatTask& t, int r0, bool add) {
+  const Matrix& m = *t.m;
+  const int K = m.cols, U = K / 8, NB = n_blocks(m);
+  // Transpose indices: from two zmm of 16 dwords (units 0-3 and 4-7 of a half block; each unit
+  // is 4 dwords = bf16 pairs (0,1)(2,3)(4,5)(6,7)), gather dword-pair p of units 0..7.
+  alignas(64) int32_t i01[16], i23[16], merge[16];
+  for (int l = 0; l < 8; ++l) {
+    i01[l] = 4 * l + 0, i01[l + 8] = 4 * l + 1;  // pair 0 / pair 1 of units 0..7
+    i23[l] = 4 * l + 2, i23[l + 8] = 4 * l + 3;
+  }
+  for (int l = 0; l < 8; ++l) merge[l] = l, merge[l + 8] = 16 + l;
+  const __m512i I01 = _mm512_load_si512(i01), I23 = _mm512_load_si512(i23), M_lo = _mm512_load_si512(merge);
+  for (int l = 0; l < 8; ++l) merge[l] = 8 + l, merge[l + 8] = 24 + l;
+  const __m512i M_hi = _mm512_load_si512(merge);
+  const __m512i hi_mask = _mm512_set1_epi32(int32_t(0xFFFF0000u));
+
+  __m512 acc[R][NT][2];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NT; ++j) acc[r][j][0] = acc[r][j][1] = _mm512_setzero_ps();
+  auto block = [&](int b, auto H) DQ_AVX512_LAMBDA {
+    const int valid = U - b * kBlockUnits;
+    const __mmask16 mk = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
+    __m512 p[R][NT];
+    __m512i D[R][4];  // D[p][m] = bf16 pair p of unit m
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* w = static_cast<const uint16_t*>(m.w->ptr) + size_t(r0 + r) * K + size_t(b) * kBlockFloats;
+      __m512i z[4];
+      for (int q = 0; q < 4; ++q) {
+        int v4 = valid - 4 * q;  // units in this load
+        __mmask16 lm = v4 >= 4 ? __mmask16(0xFFFF) : v4 <= 0 ? __mmask16(0) : __mmask16((1u << (4 * v4)) - 1);
+        z[q] = _mm512_maskz_loadu_epi32(lm, w + 32 * q);
+      }
+      __m512i a01 = _mm512_permutex2var_epi32(z[0], I01, z[1]);  // [pair0 u0-7 | pair1 u0-7]
+      __m512i a23 = _mm512_permutex2var_epi32(z[0], I23, z[1]);
+      __m512i b01 = _mm512_permutex2var_epi32(z[2], I01, z[3]);  // units 8-15
+      __m512i b23 = _mm512_permutex2var_epi32(z[2], I23, z[3]);
+      D[r][0] = _mm512_permutex2var_epi32(a01, M_lo, b01);
+      D[r][1] = _mm512_permutex2var_epi32(a01, M_hi, b01);
+      D[r][2] = _mm512_permutex2var_epi32(a23, M_lo, b23);
+      D[r][3] = _mm512_permutex2var_epi32(a23, M_hi, b23);
+      for (int j = 0; j < NT; ++j) p[r][j] = _mm512_setzero_ps();
+    }
+    for (int k = 0; k < 8; ++k) {
+      __m512 xv[NT];
+      for (int j = 0; j < NT; ++j) xv[j] = _mm512_loadu_ps(t.x[j] + size_t(b) * kBlockFloats + k * kBlockUnits);
+      for (int r = 0; r < R; ++r) {
+        __m512i d = D[r][k / 2];
+        __m512 wv = _mm512_castsi512_ps(k % 2 == 0 ? _mm512_slli_epi32(d, 16) : _mm512_and_si512(d, hi_mask));
+        for (int j = 0; j < NT; ++j) p[r][j] = _mm512_fmadd_ps(wv, xv[j], p[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < NT; ++j) acc[r][j][H] = _mm512_mask_add_ps(acc[r][j][H], mk, acc[r][j][H], p[r][j]);
+  };
+  int b = 0;
+  for (; b + 2 <= NB; b += 2) {
+    block(b, std::integral_constant<int, 0>{});
+    block(b + 1, std::integral_constant<int, 1>{});
+  }
+  if (b < NB) block(b, std::integral_constant<int, 0>{});
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NT; ++j) {
+      float v = butterfly(acc[r][j][0], acc[r][j][1]);
+      float* y = t.y[j] + r0 + r;
+      *y = add ? *y + v : v;
+    }
+}
+
+
+DQ_AVX512 void rows(const MatTask& t, int r0, int r1, bool add) {
+  const bool affine = t.m->format == WFormat::Affine;
+  if (t.nt == 1) {
+    int r4 = r0 + (r1 - r0) / 4 * 4;
+    affine ? affine4_dispatch<4, 1>(t, r0, r4, add) : bf16_rows<4, 1>(t, r0, r4, add);
+    affine ? affine4_dispatch<1, 1>(t, r4, r1, add) : bf16_rows<1, 1>(t, r4, r1, add);
+    return;
+  }
+  // Several tokens: one row at a time, all tokens of the tile (weights decoded once per tile).
+  MatTask one = t;
+  int j = 0;
+  for (; j + 4 <= t.nt; j += 4) {
+    for (int i = 0; i < 4; ++i) one.x[i] = t.x[j + i], one.xg[i] = t.xg[j + i], one.y[i] = t.y[j + i];
+    affine ? affine4_dispatch<1, 4>(one, r0, r1, add) : bf16_rows<1, 4>(one, r0, r1, add);
+  }
+  for (; j < t.nt; ++j) {
+    one.x[0] = t.x[j], one.xg[0] = t.xg[j], one.y[0] = t.y[j];
+    affine ? affine4_dispatch<1, 1>(one, r0, r1, add) : bf16_rows<1, 1>(one, r0, r1, add);
+  }
+}
+
+DQ_AVX512 void swiglu_rows(const MatTask& g, const Matrix& up, int r0, int r1) {
+  // gate and up products into small buffers, then the activation (same rounding as reference).
+  float gb[kMaxTile][64], ub[kMaxTile][64];
+  for (int rb = r0; rb < r1; rb += 64) {
+    const int re = std::min(r1, rb + 64);
+    MatTask tg = g, tu = g;
+    tu.m = &up;
+    for (int j = 0; j < g.nt; ++j) tg.y[j] = gb[j] - rb, tu.y[j] = ub[j] - rb;
+    rows(tg, rb, re, false);
+    rows(tu, rb, re, false);
+    for (int j = 0; j < g.nt; ++j)
+      for (int r = rb; r < re; ++r) g.y[j][r] = num::silu(gb[j][r - rb]) * ub[j][r - rb];
+  }
+}
+
+DQ_AVX512 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+  num::rmsnorm(x, w, n, eps, out);
+}
+
+DQ_AVX512 void gdn_prep(const op::GdnCore& o, int t, float* u, float* qn, float* kn) {
+  ref::gdn_conv(o, t, u);
+  ref::gdn_qk_norm(o, u, qn, kn);
+}
+
+DQ_AVX512 void attn_append(const op::AttnCore& o, int t) { ref::attn_append_kv(o, t); }
+
+DQ_AVX512 void gdn_heads(const op::GdnCore& o, int t, int h0, int h1, const float* u, const float* qn, const float* kn) {
+  for (int h = h0; h < h1; ++h) ref::gdn_head(o, t, h, u, qn, kn);
+}
+
+DQ_AVX512 void attn_heads(const op::AttnCore& o, int t, int h0, int h1) {
+  for (int h = h0; h < h1; ++h) ref::attn_head(o, t, h);
+}
+
+const KernelSet kAvx512 = {"avx512",    handles,   prepared_size, prepare,   rows,      swiglu_rows,
+                           rmsnorm,     gdn_prep,  attn_append,   gdn_heads, attn_heads};
+
+}  // namespace
+
+const KernelSet* avx512_kernels() { return &kAvx512; }
+
+}  // namespace dq::cpu
+
+#else
 namespace dq::cpu {
 const KernelSet* avx512_kernels() { return nullptr; }
 }  // namespace dq::cpu
+#endif

@@ -12,7 +12,12 @@ namespace {
 
 bool handles(const Matrix&) { return true; }
 
-void prepare(const Matrix& m, const float* x, float* xp) { std::memcpy(xp, x, sizeof(float) * m.cols); }
+size_t prepared_size(const Matrix& m) { return size_t(m.cols); }
+
+bool prepare(const Matrix& m, const float* x, float* xp) {
+  std::memcpy(xp, x, sizeof(float) * m.cols);
+  return true;
+}
 
 void rows(const MatTask& t, int r0, int r1, bool add) {
   for (int r = r0; r < r1; ++r)
@@ -48,7 +53,7 @@ void attn_heads(const op::AttnCore& o, int t, int h0, int h1) {
   for (int h = h0; h < h1; ++h) ref::attn_head(o, t, h);
 }
 
-const KernelSet kGeneric = {"generic", handles, prepare, rows, swiglu_rows, rmsnorm, gdn_prep, attn_append, gdn_heads, attn_heads};
+const KernelSet kGeneric = {"generic", handles, prepared_size, prepare, rows, swiglu_rows, rmsnorm, gdn_prep, attn_append, gdn_heads, attn_heads};
 
 }  // namespace
 

@@ -130,6 +130,7 @@ class FastRunner : public CpuRunner {
   struct Prepared {
     const cpu::KernelSet* ks;
     int gs;
+    size_t stride;  // floats per token in x
     std::vector<float> x, xg;
   };
 
@@ -137,11 +138,20 @@ class FastRunner : public CpuRunner {
     const int gs = m.format == WFormat::Affine ? m.group_size : 0;
     for (int i = 0; i < n_prep_; ++i)
       if (prep_[i].ks == ks && prep_[i].gs == gs) return prep_[i];
+    const size_t stride = ks->prepared_size(m);
+    bool ok = true;
     Prepared& p = prep_[n_prep_++];
     p.ks = ks;
     p.gs = gs;
-    p.x.resize(size_t(T) * K);
-    for (int t = 0; t < T; ++t) ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * K);
+    p.stride = stride;
+    p.x.resize(size_t(T) * stride);
+    for (int t = 0; t < T; ++t) ok = ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * stride) && ok;
+    if (!ok) {  // an input the SIMD layout cannot carry exactly: run this product generically
+      p.ks = cpu::generic_kernels();
+      p.stride = size_t(K);
+      p.x.resize(size_t(T) * K);
+      for (int t = 0; t < T; ++t) p.ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * K);
+    }
     if (gs) {
       p.xg.resize(size_t(T) * (K / gs));
       for (int t = 0; t < T; ++t) num::group_sums(xn + size_t(t) * K, K, gs, p.xg.data() + size_t(t) * (K / gs));
@@ -183,7 +193,7 @@ class FastRunner : public CpuRunner {
             task.m = &m;
             task.nt = std::min(cpu::kMaxTile, T - t0);
             for (int j = 0; j < task.nt; ++j) {
-              task.x[j] = p.x.data() + size_t(t0 + j) * K;
+              task.x[j] = p.x.data() + size_t(t0 + j) * p.stride;
               task.xg[j] = G ? p.xg.data() + size_t(t0 + j) * G : nullptr;
               task.y[j] = y + size_t(t0 + j) * m.rows;
             }

@@ -1,0 +1,148 @@
+// The 4-bit mat-vec alone: the whole game for CPU decode speed.
+//   (1) compute rate with a matrix that stays in cache (no memory traffic),
+//   (2) streaming rate over the 187 weight products of one Qwen3.5-2B decode step (97 stages,
+//       lm_head included; 1.06 GB, random 4-bit weights in anonymous memory), against the read
+//       bandwidth measured just before and after in the same run.
+// usage: deltaq-bench-matvec [--kernels auto|generic|avx2|avx512] [--threads N] [--reps N]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+using namespace dq;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+Matrix random_q4(Backend& be, int rows, int cols, std::mt19937_64& rng) {
+  Matrix m;
+  m.format = WFormat::Affine;
+  m.rows = rows;
+  m.cols = cols;
+  m.bits = 4;
+  m.group_size = 64;
+  m.scale_dtype = DType::BF16;
+  const size_t wbytes = size_t(rows) * cols / 2, G = size_t(rows) * cols / 64;
+  m.w = be.alloc(wbytes, "w");
+  m.scales = be.alloc(G * 2, "s");
+  m.biases = be.alloc(G * 2, "b");
+  auto* w = static_cast<uint64_t*>(m.w->ptr);
+  for (size_t i = 0; i < wbytes / 8; ++i) w[i] = rng();
+  auto* s = static_cast<uint16_t*>(m.scales->ptr);
+  auto* b = static_cast<uint16_t*>(m.biases->ptr);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (size_t g = 0; g < G; ++g) {
+    float sc = u(rng) * 0.005f * (rng() & 1 ? -1.f : 1.f);
+    s[g] = f32_to_bf16(sc);
+    b[g] = f32_to_bf16(-7.5f * sc);
+  }
+  return m;
+}
+
+struct Stage {
+  std::vector<Matrix> mats;
+  int in;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string kernels = "auto";
+  int threads = 0, reps = 10, cache_rows = 1024;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--kernels" && i + 1 < argc) kernels = argv[++i];
+    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--cache-rows" && i + 1 < argc) cache_rows = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--kernels auto|generic|avx2|avx512] [--threads N] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    auto be = make_cpu_backend(parse_cpu_kernels(kernels), threads);
+    auto q = be->make_queue();
+    std::mt19937_64 rng(1);
+    std::printf("backend: %s\n", be->name().c_str());
+
+    // (1) cache-resident compute rate: a [1024, 2048] matrix (1.1 MB, half per core), many passes.
+    {
+      Matrix m = random_q4(*be, cache_rows, 2048, rng);
+      Ref x{be->alloc(2048 * 4, "x")}, y{be->alloc(size_t(cache_rows) * 4, "y")};
+      for (int i = 0; i < 2048; ++i) x.as<float>()[i] = std::sin(0.1f * i);
+      const int passes = int(2000LL * 1024 / cache_rows);
+      for (int i = 0; i < 100; ++i) q->go(op::Project{x, Ref{}, 0, {m}, {y}, 1, 1});
+      q->wait();
+      auto t0 = clk::now();
+      for (int i = 0; i < passes; ++i) q->go(op::Project{x, Ref{}, 0, {m}, {y}, 1, 1});
+      q->wait();
+      double s = std::chrono::duration<double>(clk::now() - t0).count();
+      double elems = double(passes) * cache_rows * 2048;
+      std::printf("in-cache   [%d x 2048] 4-bit: %.2f G weights/s = %.1f GB/s of 4-bit weights (%.2f us per product)\n", cache_rows,
+                  elems / s / 1e9, double(passes) * m.bytes() / s / 1e9, 1e6 * s / passes);
+    }
+
+    if (reps == 0) return 0;
+    // (2) one 2B decode step's products, streamed from memory.
+    const int H = 2048, I = 6144, C = 6144, VD = 2048, QG = 4096, KV = 512, V = 248320;
+    std::vector<Stage> stages;
+    size_t bytes = 0;
+    for (int l = 0; l < 24; ++l) {
+      bool full = (l + 1) % 4 == 0;
+      if (!full) {
+        stages.push_back({{random_q4(*be, C, H, rng), random_q4(*be, VD, H, rng), random_q4(*be, 16, H, rng),
+                           random_q4(*be, 16, H, rng)}, H});
+        stages.push_back({{random_q4(*be, H, VD, rng)}, VD});
+      } else {
+        stages.push_back({{random_q4(*be, QG, H, rng), random_q4(*be, KV, H, rng), random_q4(*be, KV, H, rng)}, H});
+        stages.push_back({{random_q4(*be, H, QG / 2, rng)}, QG / 2});
+      }
+      stages.push_back({{random_q4(*be, I, H, rng), random_q4(*be, I, H, rng)}, H});
+      stages.push_back({{random_q4(*be, H, I, rng)}, I});
+    }
+    stages.push_back({{random_q4(*be, V, H, rng)}, H});
+    int products = 0;
+    for (auto& st : stages)
+      for (auto& m : st.mats) bytes += m.bytes(), ++products;
+    Ref x{be->alloc(size_t(I) * 4, "x")};
+    for (int i = 0; i < I; ++i) x.as<float>()[i] = std::cos(0.01f * i);
+    std::vector<Ref> ys;
+    for (int i = 0; i < 4; ++i) ys.push_back(Ref{be->alloc(size_t(V) * 4, "y")});
+    auto step = [&] {
+      for (auto& st : stages) {
+        op::Project p{x, Ref{}, 0, {}, {}, int(st.mats.size()), 1};
+        for (size_t i = 0; i < st.mats.size(); ++i) p.w[i] = st.mats[i], p.y[i] = ys[i];
+        q->go(std::move(p));
+      }
+      q->wait();  // one wait per step: the products of a stage run as one op
+    };
+    step();
+    double bw0 = be->measure_bandwidth_gbps();
+    double best = 1e9, total = 0;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = clk::now();
+      step();
+      double s = std::chrono::duration<double>(clk::now() - t0).count();
+      best = std::min(best, s);
+      total += s;
+    }
+    double bw1 = be->measure_bandwidth_gbps();
+    double bw = std::max(bw0, bw1);
+    std::printf("2B step    %d products in %zu stages, %.3f GB: best %.2f ms (%.1f GB/s = %.1f%% of %.1f GB/s), "
+                "mean %.2f ms (%.1f GB/s); bandwidth before/after %.1f / %.1f GB/s\n",
+                products, stages.size(), bytes / 1e9, best * 1e3, bytes / best / 1e9, 100.0 * bytes / best / 1e9 / bw, bw,
+                total / reps * 1e3, bytes / (total / reps) / 1e9, bw0, bw1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
