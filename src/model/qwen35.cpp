@@ -98,9 +98,10 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
   const float eps = cfg_.rms_eps;
   const GdnDims gd = gdn_dims();
   const AttnDims ad = attn_dims();
-  if (layer_out) layer_out->assign(cfg_.num_layers, std::vector<float>(size_t(n) * H));
+  if (layer_out) layer_out->assign(cfg_.num_layers + 1, std::vector<float>(size_t(n) * H));
 
   q.go(op::Embed{w_.embed, a.tokens, a.h, n});
+  if (layer_out) q.go(op::Read{a.h.buf, 0, size_t(n) * H * 4, (*layer_out)[0].data()});
   for (int i = 0; i < cfg_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
     if (l.kind == LayerKind::Linear) {
@@ -116,7 +117,7 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
     }
     q.go(op::SwiGLU{a.h, l.post_norm, eps, l.gate, l.up, a.ffn, n});
     q.go(op::ProjectAdd{a.ffn, l.down, a.h, n});
-    if (layer_out) q.go(op::Read{a.h.buf, 0, size_t(n) * H * 4, (*layer_out)[i].data()});
+    if (layer_out) q.go(op::Read{a.h.buf, 0, size_t(n) * H * 4, (*layer_out)[i + 1].data()});
   }
   const int rows = all_logits ? n : 1;
   const Ref x = all_logits ? a.h : a.h.at(size_t(n - 1) * H);

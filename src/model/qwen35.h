@@ -53,7 +53,8 @@ class Qwen35 {
   // Enqueues one forward over a.tokens[0..n) at positions s.pos...: writes the logits of the
   // last token (of every token when all_logits) and their argmax (a.next), then advances pos.
   // The caller keeps pos + n within max_ctx (the ops read pos from device memory).
-  // When `layer_out` is set, the residual stream after each layer is read into it ([L][n][H]).
+  // When `layer_out` is set, the residual stream is read into it: [0] the embeddings, [i] the
+  // output of layer i-1 ([L+1][n][H]), the layout of HF's hidden_states.
   void forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits,
                std::vector<std::vector<float>>* layer_out = nullptr) const;
 

@@ -27,7 +27,7 @@ bool cuda_available(std::string* why = nullptr);
 
 class Engine {
  public:
-  static std::unique_ptr<Engine> open(const std::string& dir, const EngineOptions& opt);
+  static std::unique_ptr<Engine> open(const std::string& dir, const EngineOptions& opt = {});
   ~Engine();
 
   const Checkpoint& checkpoint() const { return ck_; }
@@ -48,7 +48,7 @@ class Engine {
   int32_t feed(std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr);
   // One decode step (the recorded graph): feeds one token, returns the argmax of the next.
   int32_t step(int32_t token, std::vector<float>* logits = nullptr);
-  // Per-layer residual stream of a fresh prefill of ids: [L][n][H] (for checks and --dump).
+  // Residual stream of a fresh prefill of ids: [0] embeddings, [i] after layer i-1 ([L+1][n][H]).
   std::vector<std::vector<float>> layer_outputs(std::span<const int32_t> ids);
 
  private:
