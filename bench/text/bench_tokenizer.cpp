@@ -4,8 +4,9 @@
 //   bench_tokenizer [--tokenizer PATH] [--mb 10] [--seed 1] [--reps 3]
 //                   [--write-corpus PATH] [--write-ids PATH]
 //
-// The ids hash (FNV-1a over the int32 ids) lets hf_tokenizers_bench.py check that HF produces
-// the same ids for the same corpus.
+// --write-corpus writes the corpus (and PATH.docs, the document offsets) for
+// hf_tokenizers_bench.py; --write-ids writes the whole-corpus ids as little-endian int32, the
+// format of its --ids-out, so `cmp` checks that both produce the same ids.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -79,7 +80,15 @@ int main(int argc, char** argv) {
               docs.size(), (unsigned long long)seed);
   if (!corpus_out.empty()) {
     write_file(corpus_out, corpus.data(), corpus.size());
-    std::printf("wrote corpus to %s\n", corpus_out.c_str());
+    // PATH.docs: "<byte offset> <length>" of each document, for hf_tokenizers_bench.py.
+    std::string offsets;
+    size_t at = 0;
+    for (const auto& d : docs) {
+      offsets += std::to_string(at) + " " + std::to_string(d.size()) + "\n";
+      at += d.size() + 2;
+    }
+    write_file(corpus_out + ".docs", offsets.data(), offsets.size());
+    std::printf("wrote corpus to %s (and %s.docs)\n", corpus_out.c_str(), corpus_out.c_str());
   }
 
   // Load: the first load (page cache may be cold) and the best of 5.

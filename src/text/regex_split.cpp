@@ -1,5 +1,8 @@
 #include "text/regex_split.h"
 
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
 #include <pcre2.h>
 
 #include <algorithm>

@@ -15,9 +15,9 @@ struct Case {
   std::vector<TokenId> ids;
 };
 
-std::vector<Case> load_cases() {
+std::vector<Case> load_cases(const std::string& file = "tokenizer/tok-cases.jsonl") {
   std::vector<Case> cases;
-  std::ifstream in(data_path("tokenizer/tok-cases.jsonl"));
+  std::ifstream in(data_path(file));
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -40,6 +40,22 @@ TEST(TokenizerCases, AllFixtureCasesMatchHf) {
     ++per_tokenizer[c.tokenizer];
   }
   EXPECT_EQ(per_tokenizer.size(), 3u);
+}
+
+// Random and edge-case texts (combining marks out of order, characters newer than Unicode 9.0,
+// U+180E, 'ſ, added tokens inside text, ...) with ids from HF tokenizers 0.23.2, made by
+// bench/text/hf_tokenizers_bench.py --cases-out on a machine that has it.
+TEST(TokenizerCases, HfRandomCases) {
+  auto cases = load_cases("tokenizer/hf-random-cases.jsonl");
+  ASSERT_EQ(cases.size(), 1332u);
+  size_t bad = 0;
+  for (const Case& c : cases) {
+    const Tokenizer& tok = tokenizer_by_name(c.tokenizer);
+    bool ok = tok.encode(c.text) == c.ids && tok.decode(c.ids) == c.decoded && tok.encode_reference(c.text) == c.ids;
+    EXPECT_TRUE(ok) << c.tokenizer << ": " << nlohmann::json(c.text).dump();
+    bad += !ok;
+  }
+  EXPECT_EQ(bad, 0u);
 }
 
 TEST(TokenizerCases, Qwen35RegexIsTheOneWithMarks) {
