@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   t0 = Clock::now();
   std::string text = tok->decode(ids);
   double ms = ms_since(t0);
-  std::printf("decode: %.1f ms, %.2f MB/s of text, round trip %s\n", ms, mbytes / (ms / 1e3),
-              text.size() <= corpus.size() + 16 ? "ok" : "size mismatch");
+  std::printf("decode: %.1f ms, %.2f MB/s of text, %zu bytes (the corpus in NFC)\n", ms,
+              mbytes / (ms / 1e3), text.size());
   return 0;
 }

@@ -12,12 +12,17 @@ Command add_bench(CLI::App& app) {
   auto f = std::make_shared<EngineFlags>();
   auto tokens = std::make_shared<int>(64);
   auto prompt = std::make_shared<int>(32);
+  auto no_graph = std::make_shared<bool>(false);
   f->add(cmd);
+  cmd->add_flag("--no-graph", *no_graph, "issue the step's ops one by one instead of replaying the recorded graph "
+                                         "(with DELTAQ_PROFILE=1 on CUDA: a per-op time table)");
   cmd->add_option("--tokens", *tokens, "decode steps to time")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prompt", *prompt, "prompt tokens fed first (prefill is timed too)")->check(CLI::Range(1, 1 << 20));
-  return {cmd, [f, tokens, prompt]() {
+  return {cmd, [f, tokens, prompt, no_graph]() {
             using clk = std::chrono::steady_clock;
-            auto e = Engine::open(f->model, f->options());
+            EngineOptions opt = f->options();
+            opt.use_graph = !*no_graph;
+            auto e = Engine::open(f->model, opt);
             const ModelConfig& c = e->config();
             std::mt19937 rng(7);
             std::vector<int32_t> ids(*prompt);
@@ -25,17 +30,17 @@ Command add_bench(CLI::App& app) {
             auto t0 = clk::now();
             int32_t next = e->feed(ids);
             double prefill_s = std::chrono::duration<double>(clk::now() - t0).count();
-            for (int i = 0; i < 3; ++i) next = e->step(next);  // warm-up
+            for (int i = 0; i < 3; ++i) next = e->step_greedy();  // warm-up
             const int start_pos = e->position();
             t0 = clk::now();
-            for (int i = 0; i < *tokens; ++i) next = e->step(next);
+            for (int i = 0; i < *tokens; ++i) next = e->step_greedy();
             double s = std::chrono::duration<double>(clk::now() - t0).count();
             const size_t rss = peak_rss_bytes();
             const double tps = *tokens / s;
             const double bpt = e->model().bytes_per_token(start_pos + *tokens / 2);
             std::printf("model        %s (%d layers, hidden %d, vocab %d)\n", f->model.c_str(), c.num_layers,
                         c.hidden_size, c.vocab_size);
-            std::printf("backend      %s\n", e->backend().name().c_str());
+            std::printf("backend      %s%s\n", e->backend().name().c_str(), *no_graph ? ", ops one by one" : ", graph replay");
             std::printf("prefill      %d tokens in %.3f s: %.1f tok/s\n", *prompt, prefill_s, *prompt / prefill_s);
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, e->position());

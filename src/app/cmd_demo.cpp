@@ -25,7 +25,7 @@ Command add_demo(CLI::App& app) {
             std::vector<int32_t> out;
             for (int i = 0; i < *n; ++i) {
               out.push_back(next);
-              if (i + 1 < *n) next = e->step(next);
+              if (i + 1 < *n) next = e->step_greedy();
             }
             double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::printf("generated:   %s\n%d tokens in %.3f s (%.1f tok/s)\n", join_ids(out).c_str(), *n, s, *n / s);

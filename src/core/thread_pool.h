@@ -1,6 +1,7 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part.
-// Work is split into contiguous, equal chunks by index; results never depend on the split
-// (every op computes each output element in one fixed order; see docs/numerics.md).
+// Work is cut into contiguous chunks that threads claim one by one (a descheduled worker
+// delays nobody); results never depend on who computes which chunk (every op computes each
+// output element in one fixed order; see docs/numerics.md).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -20,8 +21,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_; }
-  // Calls fn(begin, end, thread) over [0, n) split into size() contiguous chunks of
-  // whole multiples of `grain`. Blocks until every chunk is done. Not reentrant.
+  // Calls fn(begin, end, thread) over [0, n) in contiguous chunks of whole multiples of
+  // `grain` (about 4 per thread). Blocks until every chunk is done. Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain = 1);
 
   static int default_threads();  // hardware threads, or DELTAQ_THREADS
@@ -33,9 +34,11 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
-  int64_t job_n_ = 0, job_grain_ = 1;
+  int64_t job_n_ = 0, job_chunk_ = 1;
+  std::atomic<int64_t> next_{0};  // next unclaimed index
+  std::atomic<int> active_{0};    // threads inside the current job
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};  // workers blocked on cv_: only then is a wake-up (a syscall) needed
   bool stop_ = false;
 };
 

@@ -73,6 +73,7 @@ Activations Qwen35::new_activations(Backend& be, int n, bool all_logits) const {
   a.b = f32(N * g.n_v_heads, "b");
   a.a = f32(N * g.n_v_heads, "a");
   a.core = f32(N * std::max(g.value_dim(), d.n_heads * d.head_dim), "core");
+  a.conv_out = f32(N * g.conv_channels(), "conv_out");
   a.qg = f32(N * 2 * d.n_heads * d.head_dim, "qg");
   a.k = f32(N * d.n_kv_heads * d.head_dim, "k");
   a.v = f32(N * d.n_kv_heads * d.head_dim, "v");
@@ -91,7 +92,7 @@ void Qwen35::reset(Queue& q, SequenceState& s) const {
   q.go(op::Zero{s.pos.buf});
 }
 
-void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits,
+void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits, Ref next_token,
                      std::vector<std::vector<float>>* layer_out) const {
   DQ_CHECK(n >= 1 && n <= a.max_tokens && (!all_logits || a.all_logits), "forward of {} tokens", n);
   const int H = cfg_.hidden_size;
@@ -107,7 +108,7 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
     if (l.kind == LayerKind::Linear) {
       q.go(op::Project{a.h, l.input_norm, eps, {l.qkv, l.z, l.b, l.a}, {a.mixed, a.z, a.b, a.a}, 4, n});
       q.go(op::GdnCore{gd, a.mixed, a.z, a.b, a.a, l.conv_w, l.A_neg, l.dt_bias, l.gdn_norm, s.conv[i], s.S[i],
-                       a.core, n});
+                       a.core, a.conv_out, n});
       q.go(op::ProjectAdd{a.core, l.out, a.h, n});
     } else {
       q.go(op::Project{a.h, l.input_norm, eps, {l.q, l.k, l.v}, {a.qg, a.k, a.v}, 3, n});
@@ -122,7 +123,7 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
   const int rows = all_logits ? n : 1;
   const Ref x = all_logits ? a.h : a.h.at(size_t(n - 1) * H);
   q.go(op::Project{x, w_.final_norm, eps, {w_.head}, {a.logits}, 1, rows});
-  q.go(op::Argmax{a.logits.at(size_t(rows - 1) * cfg_.vocab_size), cfg_.vocab_size, a.next});
+  q.go(op::Argmax{a.logits.at(size_t(rows - 1) * cfg_.vocab_size), cfg_.vocab_size, a.next, next_token});
   q.go(op::AdvancePos{s.pos, n});
 }
 

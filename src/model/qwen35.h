@@ -27,6 +27,7 @@ struct Activations {
   Ref h;              // f32 [n][H]  residual stream
   Ref mixed, z, b, a; // GDN projections: [n][C], [n][Hv*Dv], [n][Hv], [n][Hv]
   Ref core;           // f32 [n][Hv*Dv] GDN output / f32 [n][H*hd] attention output
+  Ref conv_out;       // f32 [n][C] GDN conv + SiLU scratch
   Ref qg, k, v;       // attention projections: [n][2*H*hd], [n][Hkv*hd] x 2
   Ref scores;         // f32 [n][H][max_ctx]
   Ref ffn;            // f32 [n][I]
@@ -55,7 +56,9 @@ class Qwen35 {
   // The caller keeps pos + n within max_ctx (the ops read pos from device memory).
   // When `layer_out` is set, the residual stream is read into it: [0] the embeddings, [i] the
   // output of layer i-1 ([L+1][n][H]), the layout of HF's hidden_states.
-  void forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits,
+  // `next_token`, when set, also receives the argmax: the input of the next decode step stays
+  // on the device (only the token id is read back to the host).
+  void forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits, Ref next_token = {},
                std::vector<std::vector<float>>* layer_out = nullptr) const;
 
   // Bytes one decode step reads: weight matrices (one embedding row), norms, GDN state

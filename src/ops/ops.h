@@ -97,6 +97,7 @@ struct GdnCore {
   Ref conv_state;  // f32 [K-1][C] oldest first (sequence state)
   Ref S;           // f32 [Hv][Dk][Dv] (sequence state)
   Ref out;         // f32 [n][Hv*Dv]
+  Ref conv_out;    // f32 [n][C] scratch: the conv + SiLU output
   int n_tokens = 1;
 };
 
@@ -117,10 +118,12 @@ struct AttnCore {
 };
 
 // out[0] = index of the largest value of x[0..n) (lowest index on ties; NaN never wins).
+// out2, when set, receives the same index (the next decode step's input token).
 struct Argmax {
   Ref x;    // f32 [n]
   int n;
   Ref out;  // i32 [1]
+  Ref out2;
 };
 
 // pos[0] += delta (advances the sequence after a step).

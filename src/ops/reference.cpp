@@ -173,6 +173,7 @@ void run(const op::Argmax& o) {
       best = i;
     }
   o.out.as<int32_t>()[0] = best;
+  if (o.out2) o.out2.as<int32_t>()[0] = best;
 }
 
 void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }

@@ -48,7 +48,8 @@ std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions
   e->state_ = e->model_->new_state(*e->be_);
   e->act_ = e->model_->new_activations(*e->be_, std::min(opt.prefill_chunk, ctx), false);
   e->act1_ = e->model_->new_activations(*e->be_, 1, false);
-  e->step_graph_ = e->q_->capture([&] { e->model_->forward(*e->q_, e->state_, e->act1_, 1, false); });
+  if (opt.use_graph)
+    e->step_graph_ = e->q_->capture([&] { e->model_->forward(*e->q_, e->state_, e->act1_, 1, false, e->act1_.tokens); });
   e->reset();
   return e;
 }
@@ -92,7 +93,7 @@ std::vector<float> Engine::score(std::span<const int32_t> ids) {
   for (size_t i = 0; i < ids.size(); i += a.max_tokens) {
     int n = int(std::min<size_t>(a.max_tokens, ids.size() - i));
     write_tokens(a, ids.subspan(i, n));
-    model_->forward(*q_, state_, a, n, true);
+    model_->forward(*q_, state_, a, n, true, act1_.tokens);
     q_->go(op::Read{a.logits.buf, 0, size_t(n) * V * 4, out.data() + i * V});
     q_->wait();
     pos_ += n;
@@ -108,7 +109,7 @@ int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logi
     int n = int(std::min<size_t>(act_.max_tokens, ids.size() - i));
     if (n == 1) return step(ids[i], last_logits);
     write_tokens(act_, ids.subspan(i, n));
-    model_->forward(*q_, state_, act_, n, false);
+    model_->forward(*q_, state_, act_, n, false, act1_.tokens);
     q_->go(op::Read{act_.next.buf, 0, 4, &next});
     if (last_logits && i + n == ids.size()) {
       last_logits->resize(config().vocab_size);
@@ -124,7 +125,18 @@ int32_t Engine::step(int32_t token, std::vector<float>* logits) {
   const int32_t one[1] = {token};
   check_ids(one);
   write_tokens(act1_, one);
-  q_->replay(*step_graph_);
+  return run_step(logits);
+}
+
+int32_t Engine::step_greedy() {
+  if (pos_ + 1 > max_ctx())
+    fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
+  return run_step(nullptr);
+}
+
+int32_t Engine::run_step(std::vector<float>* logits) {
+  if (step_graph_) q_->replay(*step_graph_);
+  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
   int32_t next = 0;
   q_->go(op::Read{act1_.next.buf, 0, 4, &next});
   if (logits) {
@@ -143,7 +155,7 @@ std::vector<std::vector<float>> Engine::layer_outputs(std::span<const int32_t> i
   Activations a = model_->new_activations(*be_, int(ids.size()), false);
   std::vector<std::vector<float>> out;
   write_tokens(a, ids);
-  model_->forward(*q_, state_, a, int(ids.size()), false, &out);
+  model_->forward(*q_, state_, a, int(ids.size()), false, act1_.tokens, &out);
   q_->wait();
   pos_ += int(ids.size());
   return out;

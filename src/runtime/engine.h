@@ -19,6 +19,7 @@ struct EngineOptions {
   int threads = 0;            // CPU threads, 0 = all
   int max_ctx = 4096;         // KV cache length (clamped to the model's max_position_embeddings)
   int prefill_chunk = 64;     // tokens per prefill forward
+  bool use_graph = true;      // replay the recorded decode step (off: issue its ops one by one)
 };
 
 // Makes the backend named by opt.device; throws dq::Error with a clear message when it is unavailable.
@@ -48,12 +49,15 @@ class Engine {
   int32_t feed(std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr);
   // One decode step (the recorded graph): feeds one token, returns the argmax of the next.
   int32_t step(int32_t token, std::vector<float>* logits = nullptr);
+  // One greedy decode step whose input is the previous argmax, already on the device.
+  int32_t step_greedy();
   // Residual stream of a fresh prefill of ids: [0] embeddings, [i] after layer i-1 ([L+1][n][H]).
   std::vector<std::vector<float>> layer_outputs(std::span<const int32_t> ids);
 
  private:
   Engine(Checkpoint ck) : ck_(std::move(ck)) {}
   void check_ids(std::span<const int32_t> ids) const;
+  int32_t run_step(std::vector<float>* logits);
   void write_tokens(const Activations& a, std::span<const int32_t> ids);
 
   Checkpoint ck_;

@@ -116,7 +116,7 @@ TEST(Fixtures, GreedyIdsMatchHF) {
 }
 
 TEST(Fixtures, PerLayerHiddenStatesMatchHF) {
-  for (const std::string dir : {kData + "/tiny-q4", kData + "/tiny-hf16"}) {
+  for (const std::string& dir : {kData + "/tiny-q4", kData + "/tiny-hf16"}) {
     Reference r(dir);
     auto e = Engine::open(dir);
     auto layers = e->layer_outputs(r.ints("prompt_ids"));
@@ -134,7 +134,7 @@ TEST(Fixtures, PerLayerHiddenStatesMatchHF) {
 }
 
 TEST(Fixtures, PrefillThenDecodeEqualsTokenByToken) {
-  for (const std::string dir : {kData + "/tiny-q4", kData + "/tiny-hf16"}) {
+  for (const std::string& dir : {kData + "/tiny-q4", kData + "/tiny-hf16"}) {
     Reference r(dir);
     std::vector<int32_t> ids = forced_ids(r);
     const size_t V = 1024, split = 13;
@@ -165,7 +165,7 @@ TEST(Fixtures, PrefillThenDecodeEqualsTokenByToken) {
 }
 
 TEST(Fixtures, SameLogitsBytesForEveryThreadCountAndKernelSet) {
-  for (const std::string dir : {kData + "/tiny-q4", kData + "/tiny-hf16", kDemo}) {
+  for (const std::string& dir : {kData + "/tiny-q4", kData + "/tiny-hf16", kDemo}) {
     auto cfg = Engine::open(dir)->config();
     std::vector<int32_t> ids = some_ids(70, cfg.vocab_size, 3);
     EngineOptions ref;

@@ -3,13 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <exception>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -33,34 +29,23 @@ class CpuGraph : public Graph {
   int n_ops() const override { return int(ops.size()); }
 };
 
-// Ops run in order on one executor thread (which also drives the thread pool inside the
-// fast kernels). Executed ops are kept until the wait, so every buffer they touch stays alive.
+// go() records the op and returns; wait() runs the stage's ops in order on the calling thread,
+// which drives the thread pool inside the kernels. (An extra executor thread would make one
+// more runnable thread than cores and let spin-waits stall on descheduled threads.) Ops are
+// kept until the wait, so every buffer they touch stays alive; the first error is rethrown
+// with the op's name and the rest of the stage is skipped.
 class CpuQueue : public Queue {
  public:
   CpuQueue(std::shared_ptr<CpuRunner> runner, std::string name)
-      : runner_(std::move(runner)), trace_(std::move(name)), exec_([this] { loop(); }) {}
-
-  ~CpuQueue() override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    exec_.join();
-  }
+      : runner_(std::move(runner)), trace_(std::move(name)) {}
 
   void go(Op op) override {
     if (capture_) {
       capture_->ops.push_back(std::move(op));
       return;
     }
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (stage_ops_ == 0) stage_start_ = Clock::now();
-      ++stage_ops_;
-      pending_.push_back(std::move(op));
-    }
-    cv_.notify_all();
+    if (pending_.empty()) stage_start_ = Clock::now();
+    pending_.push_back(std::move(op));
   }
 
   void replay(const Graph& g) override {
@@ -81,68 +66,34 @@ class CpuQueue : public Queue {
   }
 
   void wait() override {
-    std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [&] { return pending_.empty() && !busy_; });
-    std::vector<Op> done;
-    done.swap(done_);  // released outside the lock, after the stage is over
-    std::exception_ptr err = error_;
-    error_ = nullptr;
-    int n = stage_ops_;
-    double dev = device_ms_;
-    stage_ops_ = 0;
-    device_ms_ = 0;
-    auto start = stage_start_;
-    lk.unlock();
-    done.clear();
-    if (n > 0) trace_.report(n, dev, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    if (pending_.empty()) return;
+    std::vector<Op> ops;
+    ops.swap(pending_);
+    std::exception_ptr err;
+    const int n = int(ops.size());
+    auto t0 = Clock::now();
+    for (const Op& op : ops) {
+      try {
+        runner_->run(op);
+      } catch (const std::exception& e) {
+        err = std::make_exception_ptr(Error(std::string(op_name(op)) + ": " + e.what()));
+        break;
+      }
+    }
+    auto t1 = Clock::now();
+    ops.clear();
+    if (trace_.enabled())
+      trace_.report(n, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                    std::chrono::duration<double, std::milli>(t1 - stage_start_).count());
     if (err) std::rethrow_exception(err);
   }
 
  private:
-  void loop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    for (;;) {
-      cv_.wait(lk, [&] { return stop_ || !pending_.empty(); });
-      if (stop_ && pending_.empty()) return;
-      Op op = std::move(pending_.front());
-      pending_.pop_front();
-      busy_ = true;
-      bool skip = error_ != nullptr;  // after a failure the rest of the stage is skipped
-      lk.unlock();
-      std::exception_ptr err;
-      auto t0 = Clock::now();
-      if (!skip) {
-        try {
-          runner_->run(op);
-        } catch (const std::exception& e) {
-          err = std::make_exception_ptr(Error(std::string(op_name(op)) + ": " + e.what()));
-        } catch (...) {
-          err = std::make_exception_ptr(Error(std::string(op_name(op)) + ": unknown error"));
-        }
-      }
-      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      lk.lock();
-      device_ms_ += ms;
-      if (err && !error_) error_ = err;
-      done_.push_back(std::move(op));
-      busy_ = false;
-      if (pending_.empty()) done_cv_.notify_all();
-    }
-  }
-
   std::shared_ptr<CpuRunner> runner_;
   WaitTrace trace_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::deque<Op> pending_;
-  std::vector<Op> done_;
-  bool busy_ = false, stop_ = false;
-  std::exception_ptr error_;
-  int stage_ops_ = 0;
-  double device_ms_ = 0;
+  std::vector<Op> pending_;
   Clock::time_point stage_start_{};
   CpuGraph* capture_ = nullptr;
-  std::thread exec_;
 };
 
 class CpuBackend : public Backend {

@@ -110,18 +110,20 @@ class FastRunner : public CpuRunner {
     kn_.resize(HkDk);
     for (int t = 0; t < o.n_tokens; ++t) {
       ks_->gdn_prep(o, t, u_.data(), qn_.data(), kn_.data());
+      const int64_t per_head = int64_t(o.d.k_dim) * o.d.v_dim;
       pool_.parallel_for(o.d.n_v_heads, [&](int64_t h0, int64_t h1, int) {
         ks_->gdn_heads(o, t, int(h0), int(h1), u_.data(), qn_.data(), kn_.data());
-      });
+      }, std::max<int64_t>(1, (int64_t(1) << 15) / per_head));
     }
   }
 
   void exec(const op::AttnCore& o) {
     for (int t = 0; t < o.n_tokens; ++t) ks_->attn_append(o, t);
     const int H = o.d.n_heads;
+    const int64_t per_head = int64_t(o.pos.as<int32_t>()[0] + o.n_tokens) * o.d.head_dim;
     pool_.parallel_for(int64_t(o.n_tokens) * H, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) ks_->attn_heads(o, int(i / H), int(i % H), int(i % H) + 1);
-    });
+    }, std::max<int64_t>(1, (int64_t(1) << 15) / per_head));
   }
 
   enum class Epi { Store, Add, SwiGLU };
@@ -178,6 +180,9 @@ class FastRunner : public CpuRunner {
       row_start[i + 1] = row_start[i] + ms[i]->rows;
     }
     constexpr int kRowBlock = 32;  // rows whose weights stay in cache across token tiles
+    // Each thread gets at least ~256K weight-token products: below that, waking workers costs
+    // more than it saves (small models run single-threaded).
+    const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 18) / (int64_t(K) * T));
     pool_.parallel_for(row_start[n], [&](int64_t b, int64_t e, int) {
       for (int i = 0; i < n; ++i) {
         int64_t lo = std::max(b, row_start[i]), hi = std::min(e, row_start[i + 1]);
@@ -202,7 +207,7 @@ class FastRunner : public CpuRunner {
           }
         }
       }
-    }, 8);
+    }, grain);
   }
 
   const cpu::KernelSet* ks_;

@@ -1,0 +1,410 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cuda/kernels.cuh"
+#include "core/error.h"
+
+namespace dq {
+
+using namespace cuda;
+
+bool cuda_device_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(e) : "no CUDA device";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct DeviceStorage : BufferStorage {
+  ~DeviceStorage() override {
+    if (ptr) cudaFree(ptr);
+  }
+};
+
+MatDev mat_dev(const Matrix& m, float* y) {
+  MatDev d;
+  d.w = m.w->ptr;
+  d.s = m.scales ? m.scales->ptr : nullptr;
+  d.b = m.biases ? m.biases->ptr : nullptr;
+  d.rows = m.rows;
+  d.cols = m.cols;
+  d.bits = m.bits;
+  d.gs = m.group_size;
+  d.fmt = m.format == WFormat::Affine ? WFmt::Affine
+          : m.format == WFormat::BF16 ? WFmt::BF16
+          : m.format == WFormat::F16  ? WFmt::F16
+                                      : WFmt::F32;
+  d.sdt = m.scale_dtype == DType::F16 ? SDt::F16 : m.scale_dtype == DType::F32 ? SDt::F32 : SDt::BF16;
+  d.y = y;
+  return d;
+}
+
+class CudaGraph : public Graph {
+ public:
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  int n_ops() const override { return int(ops.size()); }
+  std::vector<Op> ops;  // keeps every buffer of the graph alive
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
+class CudaBackend;
+
+// go() launches at once (asynchronously) on the queue's stream; wait() synchronises, releases
+// the ops of the stage and rethrows launch errors and device-side input errors with the op name.
+class CudaQueue : public Queue {
+ public:
+  CudaQueue(int num_sms, DeviceError* err_dev) : num_sms_(num_sms), err_dev_(err_dev), trace_("cuda") {
+    DQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DQ_CUDA_CHECK(cudaEventCreate(&ev_start_));
+    DQ_CUDA_CHECK(cudaEventCreate(&ev_end_));
+    DQ_CUDA_CHECK(cudaMallocHost(&err_host_, sizeof(DeviceError)));
+    const char* p = std::getenv("DELTAQ_PROFILE");
+    profile_ = p && *p && std::strcmp(p, "0") != 0;
+  }
+  ~CudaQueue() override {
+    cudaStreamSynchronize(stream_);
+    if (profile_) print_profile();
+    cudaEventDestroy(ev_start_);
+    cudaEventDestroy(ev_end_);
+    cudaFreeHost(err_host_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void go(Op op) override {
+    if (capture_) {
+      launch(op);
+      capture_->ops.push_back(std::move(op));
+      return;
+    }
+    begin_stage();
+    if (profile_) {
+      cudaEvent_t a, b;
+      cudaEventCreate(&a);
+      cudaEventCreate(&b);
+      cudaEventRecord(a, stream_);
+      launch(op);
+      cudaEventRecord(b, stream_);
+      pending_prof_.push_back({op_name(op), a, b, op_bytes(op)});
+    } else {
+      launch(op);
+    }
+    stage_.push_back(std::move(op));
+    ++n_ops_;
+  }
+
+  void replay(const Graph& g) override {
+    begin_stage();
+    const auto& cg = static_cast<const CudaGraph&>(g);
+    DQ_CUDA_CHECK(cudaGraphLaunch(cg.exec, stream_));
+    n_ops_ += cg.n_ops();
+  }
+
+  std::unique_ptr<Graph> capture(const std::function<void()>& issue) override {
+    auto g = std::make_unique<CudaGraph>();
+    DQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capture_ = g.get();
+    try {
+      issue();
+    } catch (...) {
+      capture_ = nullptr;
+      cudaGraph_t dummy;
+      cudaStreamEndCapture(stream_, &dummy);
+      if (dummy) cudaGraphDestroy(dummy);
+      throw;
+    }
+    capture_ = nullptr;
+    DQ_CUDA_CHECK(cudaStreamEndCapture(stream_, &g->graph));
+    DQ_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    return g;
+  }
+
+  void wait() override {
+    if (!in_stage_) return;
+    DQ_CUDA_CHECK(cudaEventRecord(ev_end_, stream_));
+    cudaError_t e = cudaStreamSynchronize(stream_);
+    float gpu_ms = 0;
+    if (e == cudaSuccess) cudaEventElapsedTime(&gpu_ms, ev_start_, ev_end_);
+    const double wall = std::chrono::duration<double, std::milli>(Clock::now() - wall_start_).count();
+    std::vector<Op> done;
+    done.swap(stage_);
+    const int n = n_ops_;
+    in_stage_ = false;
+    n_ops_ = 0;
+    if (e != cudaSuccess) {
+      std::string names;
+      for (const Op& o : done) names += std::string(names.empty() ? "" : ", ") + op_name(o);
+      fail("CUDA error during the stage [{}]: {}", names.empty() ? "graph replay" : names, cudaGetErrorString(e));
+    }
+    if (profile_) collect_profile();
+    trace_.report(n, gpu_ms, wall);
+    // Device-side input errors, with the op that raised them.
+    DQ_CUDA_CHECK(cudaMemcpy(err_host_, err_dev_, sizeof(DeviceError), cudaMemcpyDeviceToHost));
+    if (err_host_->code != kErrNone) {
+      DeviceError d = *err_host_;
+      DQ_CUDA_CHECK(cudaMemset(err_dev_, 0, sizeof(DeviceError)));
+      if (d.code == kErrTokenRange) fail("embed: token id {} out of range [0, {})", d.a, d.b);
+      if (d.code == kErrContextFull) fail("attn_core: position {} is past the context of {} tokens", d.a, d.b);
+      fail("device error {}", d.code);
+    }
+  }
+
+ private:
+  void begin_stage() {
+    if (in_stage_) return;
+    in_stage_ = true;
+    wall_start_ = Clock::now();
+    DQ_CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
+  }
+
+  static size_t op_bytes(const Op& op) {
+    return std::visit(
+        [](const auto& o) -> size_t {
+          using T = std::decay_t<decltype(o)>;
+          if constexpr (std::is_same_v<T, op::Project>) {
+            size_t b = 0;
+            for (int i = 0; i < o.n_out; ++i) b += o.w[i].bytes();
+            return b;
+          } else if constexpr (std::is_same_v<T, op::ProjectAdd>) {
+            return o.w.bytes();
+          } else if constexpr (std::is_same_v<T, op::SwiGLU>) {
+            return o.gate.bytes() + o.up.bytes();
+          } else if constexpr (std::is_same_v<T, op::GdnCore>) {
+            return size_t(o.d.n_v_heads) * o.d.k_dim * o.d.v_dim * 8;
+          } else {
+            return 0;
+          }
+        },
+        op);
+  }
+
+  void launch(const Op& op) {
+    std::visit([this](const auto& o) { launch_one(o); }, op);
+  }
+
+  void launch_one(const op::Embed& o) {
+    launch_embed({mat_dev(o.table, nullptr), o.tokens.as<int32_t>(), o.out.as<float>(), o.n_tokens, err_dev_}, stream_);
+  }
+  void launch_one(const op::Project& o) {
+    ProjectArgs a;
+    a.x = o.x.as<float>();
+    a.norm = o.norm ? o.norm.as<float>() : nullptr;
+    a.eps = o.eps;
+    a.K = o.w[0].cols;
+    a.T = o.n_tokens;
+    a.n = o.n_out;
+    for (int i = 0; i < o.n_out; ++i) a.m[i] = mat_dev(o.w[i], o.y[i].as<float>());
+    a.epi = Epilogue::Store;
+    launch_project(a, num_sms_, stream_);
+  }
+  void launch_one(const op::ProjectAdd& o) {
+    ProjectArgs a;
+    a.x = o.x.as<float>();
+    a.K = o.w.cols;
+    a.T = o.n_tokens;
+    a.n = 1;
+    a.m[0] = mat_dev(o.w, o.acc.as<float>());
+    a.epi = Epilogue::Add;
+    launch_project(a, num_sms_, stream_);
+  }
+  void launch_one(const op::SwiGLU& o) {
+    ProjectArgs a;
+    a.x = o.x.as<float>();
+    a.norm = o.norm ? o.norm.as<float>() : nullptr;
+    a.eps = o.eps;
+    a.K = o.gate.cols;
+    a.T = o.n_tokens;
+    a.n = 2;
+    a.m[0] = mat_dev(o.gate, o.out.as<float>());
+    a.m[1] = mat_dev(o.up, nullptr);
+    a.epi = Epilogue::SwiGLU;
+    launch_project(a, num_sms_, stream_);
+  }
+  void launch_one(const op::GdnCore& o) {
+    GdnArgs a{o.d.n_k_heads, o.d.n_v_heads, o.d.k_dim, o.d.v_dim, o.d.conv_kernel, o.d.norm_eps,
+              o.mixed.as<float>(), o.z.as<float>(), o.b.as<float>(), o.a.as<float>(), o.conv_w.as<float>(),
+              o.A_neg.as<float>(), o.dt_bias.as<float>(), o.norm.as<float>(), o.conv_state.as<float>(),
+              o.S.as<float>(), o.out.as<float>(), o.conv_out.as<float>(), o.n_tokens};
+    launch_gdn(a, stream_);
+  }
+  void launch_one(const op::AttnCore& o) {
+    AttnArgs a{o.d.n_heads, o.d.n_kv_heads, o.d.head_dim, o.d.rotary_dim, o.d.max_ctx, o.d.norm_eps,
+               o.qg.as<float>(), o.k.as<float>(), o.v.as<float>(), o.q_norm.as<float>(), o.k_norm.as<float>(),
+               o.rope_cos.as<float>(), o.rope_sin.as<float>(), o.k_cache.as<float>(), o.v_cache.as<float>(),
+               o.scores.as<float>(), o.out.as<float>(), o.pos.as<int32_t>(), o.n_tokens, err_dev_};
+    launch_attn(a, stream_);
+  }
+  void launch_one(const op::Argmax& o) {
+    launch_argmax(o.x.as<float>(), o.n, o.out.as<int32_t>(), o.out2 ? o.out2.as<int32_t>() : nullptr, stream_);
+  }
+  void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
+  void launch_one(const op::Zero& o) { DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_)); }
+  void launch_one(const op::Write& o) {
+    DQ_CHECK(o.offset_bytes + o.bytes.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
+    DQ_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.bytes.data(), o.bytes.size(),
+                                  cudaMemcpyHostToDevice, stream_));
+  }
+  void launch_one(const op::Read& o) {
+    DQ_CHECK(o.offset_bytes + o.bytes <= o.src->bytes, "read past the end of {}", o.src->name);
+    DQ_CUDA_CHECK(cudaMemcpyAsync(o.host, static_cast<const uint8_t*>(o.src->ptr) + o.offset_bytes, o.bytes,
+                                  cudaMemcpyDeviceToHost, stream_));
+  }
+
+  // DELTAQ_PROFILE=1: per-op GPU time (events around every op outside graphs), printed at exit.
+  struct Pending {
+    const char* name;
+    cudaEvent_t a, b;
+    size_t bytes;
+  };
+  struct Total {
+    double ms = 0;
+    double bytes = 0;
+    long n = 0;
+  };
+  void collect_profile() {
+    for (auto& p : pending_prof_) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, p.a, p.b);
+      Total& t = prof_[p.name];
+      t.ms += ms;
+      t.bytes += double(p.bytes);
+      t.n += 1;
+      cudaEventDestroy(p.a);
+      cudaEventDestroy(p.b);
+    }
+    pending_prof_.clear();
+  }
+  void print_profile() {
+    double total = 0;
+    for (auto& [n, t] : prof_) total += t.ms;
+    std::fprintf(stderr, "\n%-14s %8s %12s %10s %10s %8s\n", "op", "calls", "total ms", "us/call", "GB/s", "share");
+    for (auto& [n, t] : prof_)
+      std::fprintf(stderr, "%-14s %8ld %12.3f %10.2f %10.1f %7.1f%%\n", n.c_str(), t.n, t.ms, 1e3 * t.ms / t.n,
+                   t.bytes / (t.ms * 1e-3) / 1e9, 100.0 * t.ms / total);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  int num_sms_;
+  DeviceError* err_dev_;
+  DeviceError* err_host_ = nullptr;
+  WaitTrace trace_;
+  cudaEvent_t ev_start_, ev_end_;
+  bool in_stage_ = false;
+  int n_ops_ = 0;
+  Clock::time_point wall_start_;
+  std::vector<Op> stage_;
+  CudaGraph* capture_ = nullptr;
+  bool profile_ = false;
+  std::vector<Pending> pending_prof_;
+  std::map<std::string, Total> prof_;
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    DQ_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    DQ_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    name_ = prop.name;
+    num_sms_ = prop.multiProcessorCount;
+    DQ_CUDA_CHECK(cudaMalloc(&err_dev_, sizeof(DeviceError)));
+    DQ_CUDA_CHECK(cudaMemset(err_dev_, 0, sizeof(DeviceError)));
+  }
+  ~CudaBackend() override { cudaFree(err_dev_); }
+
+  std::string name() const override { return "cuda (" + name_ + ")"; }
+  bool is_cpu() const override { return false; }
+
+  Buffer alloc(size_t bytes, const std::string& name) override {
+    auto b = std::make_shared<DeviceStorage>();
+    cudaError_t e = cudaMalloc(&b->ptr, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail("out of GPU memory allocating {:.1f} MB for {} ({:.1f} MB free of {:.1f} MB)", bytes / 1e6, name,
+           free_b / 1e6, total_b / 1e6);
+    }
+    DQ_CUDA_CHECK(cudaMemset(b->ptr, 0, bytes ? bytes : 16));
+    b->bytes = bytes;
+    b->name = name;
+    allocated_ += bytes;
+    return b;
+  }
+  Buffer upload(const void* host, size_t bytes, const std::string& name) override {
+    Buffer b = alloc(bytes, name);
+    if (bytes) DQ_CUDA_CHECK(cudaMemcpy(b->ptr, host, bytes, cudaMemcpyHostToDevice));
+    return b;
+  }
+  Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void>, const std::string& name) override {
+    return upload(host, bytes, name);  // uploaded once; the mapping can go
+  }
+  std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(num_sms_, err_dev_); }
+  size_t allocated_bytes() const override { return allocated_; }
+
+  double measure_bandwidth_gbps() override {
+    const size_t n = size_t(2) << 30;  // 2 GiB copied device to device; bytes read + written
+    void *a = nullptr, *b = nullptr;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) {
+      cudaGetLastError();
+      if (a) cudaFree(a);
+      return 0;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int i = 0; i < 6; ++i) {
+      cudaEventRecord(e0);
+      cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (i > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * double(n) / (best * 1e-3) / 1e9;
+  }
+
+ private:
+  int device_;
+  std::string name_;
+  int num_sms_ = 0;
+  DeviceError* err_dev_ = nullptr;
+  size_t allocated_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  std::string why;
+  if (!cuda_device_available(&why)) fail("{}", why);
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace dq

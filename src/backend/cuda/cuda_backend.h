@@ -1,0 +1,15 @@
+// The CUDA backend: every op of the step on the device, through the general queue, with the
+// decode step recorded once as a CUDA graph. Host code never includes CUDA headers through this.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace dq {
+
+// Whether a usable CUDA device is present; `why` says what is missing when it is not.
+bool cuda_device_available(std::string* why = nullptr);
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+}  // namespace dq

@@ -1,0 +1,124 @@
+// Gated DeltaNet token mixer (op::GdnCore), in the reference order of ops/reference_impl.h:
+// kernel 1: causal conv + SiLU for every channel (one thread per channel, tokens in order);
+// kernel 2: per value head: q/k L2 norms, gates, the delta-rule update of S (fp32, in shared
+// memory while the head is processed), read-out and the gated RMSNorm.
+#include "backend/cuda/kernels.cuh"
+#include "ops/numerics.h"
+
+namespace dq::cuda {
+
+namespace {
+
+__global__ void conv_kernel(GdnArgs a) {
+  const int C = 2 * a.hk * a.dk + a.hv * a.dv, K = a.K;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const float* w = a.conv_w + size_t(c) * K;
+  for (int t = 0; t < a.T; ++t) {
+    const float in = a.mixed[size_t(t) * C + c];
+    float acc = 0.0f;
+    for (int j = 0; j < K - 1; ++j) acc = fmaf(w[j], a.conv_state[size_t(j) * C + c], acc);
+    acc = fmaf(w[K - 1], in, acc);
+    a.u[size_t(t) * C + c] = num::silu(acc);
+    for (int j = 0; j + 1 < K - 1; ++j) a.conv_state[size_t(j) * C + c] = a.conv_state[size_t(j + 1) * C + c];
+    if (K > 1) a.conv_state[size_t(K - 2) * C + c] = in;
+  }
+}
+
+// Sum of squares in the canonical lane order, by warp 0; the result is returned to every thread.
+__device__ float block_sum_squares(const float* x, int n, float* slot) {
+  if (threadIdx.x < 32) {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < n; j += 32) ss = fmaf(x[j], x[j], ss);
+    ss = warp_butterfly(ss);
+    if (threadIdx.x == 0) *slot = ss;
+  }
+  __syncthreads();
+  float v = *slot;
+  __syncthreads();
+  return v;
+}
+
+template <bool SMEM_STATE>
+__global__ void head_kernel(GdnArgs a) {
+  extern __shared__ float smem[];
+  const int hv = blockIdx.x, Hk = a.hk, Hv = a.hv, Dk = a.dk, Dv = a.dv;
+  const int C = 2 * Hk * Dk + Hv * Dv;
+  const int hk = hv / (Hv / Hk);
+  float* qn = smem;           // [Dk]
+  float* kn = qn + Dk;        // [Dk]
+  float* ob = kn + Dk;        // [Dv] read-out
+  float* slot = ob + Dv;      // [4]
+  float* Ssm = slot + 4;      // [Dk][Dv] when SMEM_STATE
+  float* Sg = a.S + size_t(hv) * Dk * Dv;
+  float* S = SMEM_STATE ? Ssm : Sg;
+  const int v = threadIdx.x;
+  const float scale = 1.0f / sqrtf(float(Dk));
+  if (SMEM_STATE)
+    for (int i = threadIdx.x; i < Dk * Dv; i += blockDim.x) Ssm[i] = Sg[i];
+  for (int t = 0; t < a.T; ++t) {
+    const float* u = a.u + size_t(t) * C;
+    const float* q = u + hk * Dk;
+    const float* k = u + Hk * Dk + hk * Dk;
+    const float rq = 1.0f / sqrtf(block_sum_squares(q, Dk, slot) + 1e-6f);
+    const float rk = 1.0f / sqrtf(block_sum_squares(k, Dk, slot + 1) + 1e-6f);
+    for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
+      qn[i] = (q[i] * rq) * scale;
+      kn[i] = k[i] * rk;
+    }
+    __syncthreads();
+    const float beta = num::sigmoid(a.b[size_t(t) * Hv + hv]);
+    const float g = a.A_neg[hv] * num::softplus(a.a[size_t(t) * Hv + hv] + a.dt_bias[hv]);
+    const float alpha = num::exp(g);
+    if (v < Dv) {
+      float m = 0.0f;
+      for (int i = 0; i < Dk; ++i) {
+        float s = alpha * S[i * Dv + v];
+        S[i * Dv + v] = s;
+        m = fmaf(s, kn[i], m);
+      }
+      const float delta = beta * (u[2 * Hk * Dk + hv * Dv + v] - m);
+      float o = 0.0f;
+      for (int i = 0; i < Dk; ++i) {
+        float s = fmaf(kn[i], delta, S[i * Dv + v]);
+        S[i * Dv + v] = s;
+        o = fmaf(s, qn[i], o);
+      }
+      ob[v] = o;
+    }
+    __syncthreads();
+    const float r = num::rms_inv(block_sum_squares(ob, Dv, slot + 2), Dv, a.eps);
+    if (v < Dv) {
+      const size_t at = size_t(t) * Hv * Dv + size_t(hv) * Dv + v;
+      a.out[at] = ((ob[v] * r) * a.norm[v]) * num::silu(a.z[at]);
+    }
+    __syncthreads();
+  }
+  if (SMEM_STATE) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < Dk * Dv; i += blockDim.x) Sg[i] = Ssm[i];
+  }
+}
+
+}  // namespace
+
+void launch_gdn(const GdnArgs& a, cudaStream_t s) {
+  const int C = 2 * a.hk * a.dk + a.hv * a.dv;
+  conv_kernel<<<(C + 255) / 256, 256, 0, s>>>(a);
+  DQ_CUDA_CHECK(cudaGetLastError());
+  const int threads = ((a.dv + 31) / 32) * 32;
+  const size_t base = size_t(2 * a.dk + a.dv + 4) * 4;
+  const size_t state = size_t(a.dk) * a.dv * 4;
+  static bool attr_set = false;
+  if (!attr_set) {
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(head_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    attr_set = true;
+  }
+  if (base + state <= 150 * 1024)
+    head_kernel<true><<<a.hv, threads, base + state, s>>>(a);
+  else
+    head_kernel<false><<<a.hv, threads, base, s>>>(a);
+  DQ_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dq::cuda

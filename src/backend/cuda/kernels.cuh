@@ -1,0 +1,73 @@
+// Launchers of the CUDA kernels (one file per op family: kernel, then launcher). The backend
+// (cuda_backend.cu) calls these with device pointers; they enqueue on `stream` and return.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_util.cuh"
+
+namespace dq::cuda {
+
+enum class WFmt : int { Affine = 0, BF16 = 1, F16 = 2, F32 = 3 };
+enum class SDt : int { BF16 = 0, F16 = 1, F32 = 2 };
+
+struct MatDev {
+  const void* w = nullptr;
+  const void* s = nullptr;
+  const void* b = nullptr;
+  int rows = 0, cols = 0, bits = 0, gs = 0;
+  WFmt fmt = WFmt::F32;
+  SDt sdt = SDt::BF16;
+  float* y = nullptr;  // output [T][rows]
+};
+
+enum class Epilogue : int { Store = 0, Add = 1, SwiGLU = 2 };
+
+struct ProjectArgs {
+  static constexpr int kMax = 4;
+  const float* x = nullptr;     // [T][K]
+  const float* norm = nullptr;  // [K] or null
+  float eps = 1e-6f;
+  int K = 0, T = 1;
+  int n = 1;
+  MatDev m[kMax];  // for SwiGLU: m[0] gate (its y is the output), m[1] up
+  Epilogue epi = Epilogue::Store;
+};
+
+void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
+
+struct EmbedArgs {
+  MatDev table;
+  const int32_t* tokens;
+  float* out;
+  int T;
+  DeviceError* err;
+};
+void launch_embed(const EmbedArgs& a, cudaStream_t s);
+
+struct GdnArgs {
+  int hk, hv, dk, dv, K;  // heads, head dims, conv kernel
+  float eps;
+  const float *mixed, *z, *b, *a, *conv_w, *A_neg, *dt_bias, *norm;
+  float *conv_state, *S, *out;
+  float* u;  // scratch [T][C] (conv + silu output)
+  int T;
+};
+void launch_gdn(const GdnArgs& a, cudaStream_t s);
+
+struct AttnArgs {
+  int h, hkv, hd, rot, max_ctx;
+  float eps;
+  const float *qg, *k, *v, *q_norm, *k_norm, *rope_cos, *rope_sin;
+  float *k_cache, *v_cache, *scores, *out;
+  const int32_t* pos;
+  int T;
+  DeviceError* err;
+};
+void launch_attn(const AttnArgs& a, cudaStream_t s);
+
+void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, cudaStream_t s);
+void launch_advance_pos(int32_t* pos, int delta, cudaStream_t s);
+
+}  // namespace dq::cuda

@@ -1,0 +1,247 @@
+// Weight products: Project (up to four matrices sharing x, with the RMSNorm of x fused in),
+// ProjectAdd (residual add) and SwiGLU (gate and up rows together). One warp per row; lane l
+// takes units (8 inputs) u = l, l+32, ... exactly as ops/numerics.h orders them, so the result
+// is bit-identical to the CPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/kernels.cuh"
+#include "ops/numerics.h"
+
+namespace dq::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;  // warps per block
+
+__device__ __forceinline__ float load_scale(const void* p, int i, SDt t) {
+  if (t == SDt::BF16) return __uint_as_float(uint32_t(static_cast<const uint16_t*>(p)[i]) << 16);
+  if (t == SDt::F16) return __half2float(static_cast<const __half*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+// q value of byte `i` of t (0 <= byte <= 15) as an exact float: PRMT places the byte under
+// the exponent of 2^23, then 2^23 is subtracted (one int op per value, no I2F).
+__device__ __forceinline__ float q_byte(uint32_t t, int i) {
+  return __uint_as_float(__byte_perm(t, 0x4B000000u, 0x7540u | uint32_t(i))) - 8388608.0f;
+}
+
+// p = chain_k fmaf(q_k, x_k, p) over the 8 values of one 4-bit unit (one word).
+__device__ __forceinline__ float unit_q4(uint32_t w, float4 xa, float4 xb) {
+  const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;  // nibbles 0,2,4,6 / 1,3,5,7
+  float p = 0.0f;
+  p = fmaf(q_byte(lo, 0), xa.x, p);
+  p = fmaf(q_byte(hi, 0), xa.y, p);
+  p = fmaf(q_byte(lo, 1), xa.z, p);
+  p = fmaf(q_byte(hi, 1), xa.w, p);
+  p = fmaf(q_byte(lo, 2), xb.x, p);
+  p = fmaf(q_byte(hi, 2), xb.y, p);
+  p = fmaf(q_byte(lo, 3), xb.z, p);
+  p = fmaf(q_byte(hi, 3), xb.w, p);
+  return p;
+}
+
+__device__ __forceinline__ float unit_q8(uint32_t w0, uint32_t w1, float4 xa, float4 xb) {
+  float p = 0.0f;
+  p = fmaf(q_byte(w0, 0), xa.x, p);
+  p = fmaf(q_byte(w0, 1), xa.y, p);
+  p = fmaf(q_byte(w0, 2), xa.z, p);
+  p = fmaf(q_byte(w0, 3), xa.w, p);
+  p = fmaf(q_byte(w1, 0), xb.x, p);
+  p = fmaf(q_byte(w1, 1), xb.y, p);
+  p = fmaf(q_byte(w1, 2), xb.z, p);
+  p = fmaf(q_byte(w1, 3), xb.w, p);
+  return p;
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+// x of one token in shared memory, split so that lane reads are conflict-free:
+// xa[u] = x[8u .. 8u+3], xb[u] = x[8u+4 .. 8u+7]; xg[g] = group sums.
+struct SharedX {
+  const float4* xa;
+  const float4* xb;
+  const float* xg;
+};
+
+// The canonical dot of row r of m with x (numerics.h affine_dot / dense_dot), for one warp.
+__device__ float row_dot(const MatDev& m, int r, const SharedX& sx, int lane) {
+  const int K = m.cols, U = K / 8;
+  float acc = 0.0f;
+  if (m.fmt == WFmt::Affine) {
+    const int G = K / m.gs;
+    if (m.bits == 4) {
+      const uint32_t* w = static_cast<const uint32_t*>(m.w) + size_t(r) * U;
+      int u = lane;
+      // Four units in flight per lane (loads first), accumulated in order of u.
+      for (; u + 96 < U; u += 128) {
+        uint32_t w0 = __ldg(w + u), w1 = __ldg(w + u + 32), w2 = __ldg(w + u + 64), w3 = __ldg(w + u + 96);
+        acc = fmaf(load_scale(m.s, r * G + u * 8 / m.gs, m.sdt), unit_q4(w0, sx.xa[u], sx.xb[u]), acc);
+        acc = fmaf(load_scale(m.s, r * G + (u + 32) * 8 / m.gs, m.sdt), unit_q4(w1, sx.xa[u + 32], sx.xb[u + 32]), acc);
+        acc = fmaf(load_scale(m.s, r * G + (u + 64) * 8 / m.gs, m.sdt), unit_q4(w2, sx.xa[u + 64], sx.xb[u + 64]), acc);
+        acc = fmaf(load_scale(m.s, r * G + (u + 96) * 8 / m.gs, m.sdt), unit_q4(w3, sx.xa[u + 96], sx.xb[u + 96]), acc);
+      }
+      for (; u < U; u += 32)
+        acc = fmaf(load_scale(m.s, r * G + u * 8 / m.gs, m.sdt), unit_q4(__ldg(w + u), sx.xa[u], sx.xb[u]), acc);
+    } else {  // 8 bits: two words per unit
+      const uint32_t* w = static_cast<const uint32_t*>(m.w) + size_t(r) * U * 2;
+      for (int u = lane; u < U; u += 32)
+        acc = fmaf(load_scale(m.s, r * G + u * 8 / m.gs, m.sdt),
+                   unit_q8(__ldg(w + 2 * u), __ldg(w + 2 * u + 1), sx.xa[u], sx.xb[u]), acc);
+    }
+    float bacc = 0.0f;
+    for (int g = lane; g < G; g += 32) bacc = fmaf(load_scale(m.b, r * G + g, m.sdt), sx.xg[g], bacc);
+    acc = acc + bacc;
+  } else if (m.fmt == WFmt::BF16) {
+    const uint4* w = static_cast<const uint4*>(m.w) + size_t(r) * U;
+    for (int u = lane; u < U; u += 32) {
+      uint4 v = __ldg(w + u);
+      float4 xa = sx.xa[u], xb = sx.xb[u];
+      float p = 0.0f;
+      p = fmaf(bf16_lo(v.x), xa.x, p);
+      p = fmaf(bf16_hi(v.x), xa.y, p);
+      p = fmaf(bf16_lo(v.y), xa.z, p);
+      p = fmaf(bf16_hi(v.y), xa.w, p);
+      p = fmaf(bf16_lo(v.z), xb.x, p);
+      p = fmaf(bf16_hi(v.z), xb.y, p);
+      p = fmaf(bf16_lo(v.w), xb.z, p);
+      p = fmaf(bf16_hi(v.w), xb.w, p);
+      acc = acc + p;
+    }
+  } else if (m.fmt == WFmt::F16) {
+    const __half* w = static_cast<const __half*>(m.w) + size_t(r) * K;
+    for (int u = lane; u < U; u += 32) {
+      const float xs[8] = {sx.xa[u].x, sx.xa[u].y, sx.xa[u].z, sx.xa[u].w, sx.xb[u].x, sx.xb[u].y, sx.xb[u].z, sx.xb[u].w};
+      float p = 0.0f;
+      for (int k = 0; k < 8; ++k) p = fmaf(__half2float(w[8 * u + k]), xs[k], p);
+      acc = acc + p;
+    }
+  } else {
+    const float4* w = static_cast<const float4*>(m.w) + size_t(r) * U * 2;
+    for (int u = lane; u < U; u += 32) {
+      float4 a = __ldg(w + 2 * u), b = __ldg(w + 2 * u + 1), xa = sx.xa[u], xb = sx.xb[u];
+      float p = 0.0f;
+      p = fmaf(a.x, xa.x, p);
+      p = fmaf(a.y, xa.y, p);
+      p = fmaf(a.z, xa.z, p);
+      p = fmaf(a.w, xa.w, p);
+      p = fmaf(b.x, xb.x, p);
+      p = fmaf(b.y, xb.y, p);
+      p = fmaf(b.z, xb.z, p);
+      p = fmaf(b.w, xb.w, p);
+      acc = acc + p;
+    }
+  }
+  return warp_butterfly(acc);
+}
+
+// Grid-stride over the rows of all matrices; per token, the block first normalises x into
+// shared memory (the canonical rmsnorm: warp 0 sums squares in lane order) and makes the
+// group sums, then every warp takes rows.
+__global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int gs) {
+  extern __shared__ float4 smem4[];
+  const int K = a.K, U = K / 8;
+  float4* xa = smem4;
+  float4* xb = smem4 + U;
+  float* xg = reinterpret_cast<float*>(smem4 + 2 * U);
+  __shared__ float s_r;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int total = 0;
+  for (int i = 0; i < a.n; ++i) total += a.m[i].rows;
+  if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
+
+  for (int t = 0; t < a.T; ++t) {
+    const float* x = a.x + size_t(t) * K;
+    float r = 1.0f;
+    if (a.norm) {
+      if (warp == 0) {
+        float ss = 0.0f;
+        for (int j = lane; j < K; j += 32) ss = fmaf(x[j], x[j], ss);
+        ss = warp_butterfly(ss);
+        if (lane == 0) s_r = num::rms_inv(ss, K, a.eps);
+      }
+      __syncthreads();
+      r = s_r;
+    }
+    float* xs = reinterpret_cast<float*>(smem4);
+    for (int j = threadIdx.x; j < K; j += blockDim.x) {
+      float v = a.norm ? (x[j] * r) * a.norm[j] : x[j];
+      int u = j / 8, k = j % 8;
+      xs[(k < 4 ? 4 * u : 4 * (U + u)) + (k & 3)] = v;
+    }
+    __syncthreads();
+    if (gs) {
+      for (int g = threadIdx.x; g < K / gs; g += blockDim.x) {
+        float s = 0.0f;
+        for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) {
+          float4 p0 = xa[u], p1 = xb[u];
+          float p = 0.0f;
+          p = p + p0.x;
+          p = p + p0.y;
+          p = p + p0.z;
+          p = p + p0.w;
+          p = p + p1.x;
+          p = p + p1.y;
+          p = p + p1.z;
+          p = p + p1.w;
+          s = s + p;
+        }
+        xg[g] = s;
+      }
+      __syncthreads();
+    }
+    const SharedX sx{xa, xb, xg};
+    for (int row = blockIdx.x * kWarps + warp; row < total; row += gridDim.x * kWarps) {
+      if (a.epi == Epilogue::SwiGLU) {
+        float g = row_dot(a.m[0], row, sx, lane);
+        float u = row_dot(a.m[1], row, sx, lane);
+        if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + row] = num::silu(g) * u;
+        continue;
+      }
+      int i = 0, rr = row;
+      while (rr >= a.m[i].rows) rr -= a.m[i++].rows;
+      float v = row_dot(a.m[i], rr, sx, lane);
+      if (lane == 0) {
+        float* y = a.m[i].y + size_t(t) * a.m[i].rows + rr;
+        *y = a.epi == Epilogue::Add ? *y + v : v;
+      }
+    }
+    __syncthreads();  // the next token overwrites shared memory
+  }
+}
+
+}  // namespace
+
+void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
+  int gs = 0;
+  for (int i = 0; i < a.n; ++i)
+    if (a.m[i].fmt == WFmt::Affine) {
+      if (gs && a.m[i].gs != gs) {  // group sums are per group size: split the launch
+        ProjectArgs first = a, rest = a;
+        first.n = i;
+        rest.n = a.n - i;
+        for (int j = 0; j < rest.n; ++j) rest.m[j] = a.m[i + j];
+        launch_project(first, num_sms, s);
+        launch_project(rest, num_sms, s);
+        return;
+      }
+      gs = a.m[i].gs;
+    }
+  int total = 0;
+  for (int i = 0; i < a.n; ++i) total += a.m[i].rows;
+  if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
+  const size_t smem = size_t(a.K) * 4 + (gs ? size_t(a.K / gs) * 4 : 0) + 16;
+  static bool attr_set = false;
+  if (!attr_set) {
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    attr_set = true;
+  }
+  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * 8));
+  project_kernel<<<blocks, kWarps * 32, smem, s>>>(a, gs);
+  DQ_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dq::cuda

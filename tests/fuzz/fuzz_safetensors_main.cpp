@@ -1,0 +1,5 @@
+#include "fuzz/fuzz_targets.h"
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  dq::fuzz::safetensors_header(data, size);
+  return 0;
+}

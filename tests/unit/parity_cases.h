@@ -1,0 +1,284 @@
+// The op parity cases: every op against the scalar reference on random inputs of many shapes,
+// on a list of target backends (the CPU kernel sets and thread counts in test_ops_parity.cpp,
+// the CUDA backend in tests/cuda/test_cuda.cpp). Results must be bit-identical.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "ops/numerics.h"
+
+using namespace dq;
+
+namespace parity {
+
+struct Rig {
+  std::unique_ptr<Backend> ref = make_cpu_backend(CpuKernels::Reference, 1);
+  std::unique_ptr<Queue> ref_q = ref->make_queue();
+  std::mt19937 rng{12345};
+
+  Ref floats(size_t n, float scale = 1.0f) {
+    std::vector<float> v(n);
+    std::normal_distribution<float> d(0.f, scale);
+    for (auto& e : v) e = d(rng);
+    return Ref{ref->upload(v.data(), n * 4, "f")};
+  }
+  // x with exact zeros, tiny and huge-ish magnitudes mixed in.
+  Ref inputs(size_t n, bool with_tiny = false) {
+    std::vector<float> v(n);
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (size_t i = 0; i < n; ++i) {
+      v[i] = d(rng) * std::exp2(float(int(rng() % 12) - 6));
+      if (rng() % 17 == 0) v[i] = 0.0f;
+    }
+    if (with_tiny && n) v[rng() % n] = 3e-31f;
+    return Ref{ref->upload(v.data(), n * 4, "x")};
+  }
+  Matrix matrix(WFormat f, int rows, int cols, int bits = 4, int gs = 64, DType sd = DType::BF16) {
+    Matrix m;
+    m.format = f;
+    m.rows = rows;
+    m.cols = cols;
+    m.name = "m";
+    std::normal_distribution<float> d(0.f, 1.f / std::sqrt(float(cols)));
+    if (f == WFormat::Affine) {
+      m.bits = bits;
+      m.group_size = gs;
+      m.scale_dtype = sd;
+      size_t words = size_t(rows) * cols * bits / 32, G = size_t(rows) * (cols / gs);
+      std::vector<uint32_t> w(words);
+      for (auto& e : w) e = uint32_t(rng());
+      m.w = ref->upload(w.data(), words * 4, "w");
+      std::vector<uint8_t> s(G * dtype_size(sd)), b(G * dtype_size(sd));
+      for (size_t g = 0; g < G; ++g) {
+        float sc = d(rng) * 0.2f, bi = d(rng) * 2.f;  // negative scales too
+        if (sd == DType::BF16) {
+          uint16_t a = f32_to_bf16(sc), c = f32_to_bf16(bi);
+          std::memcpy(&s[2 * g], &a, 2), std::memcpy(&b[2 * g], &c, 2);
+        } else if (sd == DType::F16) {
+          uint16_t a = f32_to_f16(sc), c = f32_to_f16(bi);
+          std::memcpy(&s[2 * g], &a, 2), std::memcpy(&b[2 * g], &c, 2);
+        } else {
+          std::memcpy(&s[4 * g], &sc, 4), std::memcpy(&b[4 * g], &bi, 4);
+        }
+      }
+      m.scales = ref->upload(s.data(), s.size(), "s");
+      m.biases = ref->upload(b.data(), b.size(), "b");
+    } else {
+      size_t n = size_t(rows) * cols;
+      std::vector<uint8_t> w(n * (f == WFormat::F32 ? 4 : 2));
+      for (size_t i = 0; i < n; ++i) {
+        float v = d(rng);
+        if (f == WFormat::F32) std::memcpy(&w[4 * i], &v, 4);
+        else {
+          uint16_t h = f == WFormat::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+          std::memcpy(&w[2 * i], &h, 2);
+        }
+      }
+      m.w = ref->upload(w.data(), w.size(), "w");
+    }
+    return m;
+  }
+  Ref copy(const Ref& r) { return Ref{ref->upload(r.buf->ptr, r.buf->bytes, "copy"), r.off}; }
+  Ref zeros(size_t bytes) { return Ref{ref->alloc(bytes, "z")}; }
+};
+
+// A backend to compare with the reference. Host inputs reach it through map(): the identity
+// for CPU backends (they read host memory), an upload for device backends.
+struct Target {
+  std::string name;
+  std::shared_ptr<Backend> be;
+  std::shared_ptr<Queue> q;
+  std::map<const void*, Buffer> uploaded;
+
+  Ref map(const Ref& r) {
+    if (!r || be->is_cpu()) return r;
+    Buffer& b = uploaded[r.buf.get()];
+    if (!b) b = be->upload(r.buf->ptr, r.buf->bytes, r.buf->name);
+    return Ref{b, r.off};
+  }
+  Matrix map(const Matrix& m) {
+    Matrix d = m;
+    d.w = map(Ref{m.w}).buf;
+    if (m.scales) d.scales = map(Ref{m.scales}).buf, d.biases = map(Ref{m.biases}).buf;
+    return d;
+  }
+  Ref fresh_copy(const Ref& host) {  // an output buffer with the host buffer's initial bytes
+    return Ref{be->upload(host.buf->ptr, host.buf->bytes, "out"), host.off};
+  }
+  std::vector<uint8_t> read(const Ref& r) {
+    std::vector<uint8_t> v(r.buf->bytes);
+    q->go(op::Read{r.buf, 0, v.size(), v.data()});
+    q->wait();
+    return v;
+  }
+};
+
+using Maker = std::function<Op(Target&, const std::vector<Ref>&)>;
+
+// Runs the op made by `make` on the reference and on every target; `outs` are the host buffers
+// the op writes (each run starts from their initial contents). All must match bit for bit.
+inline void check(Rig& rig, std::vector<Target>& targets, const std::vector<Ref>& outs, const Maker& make,
+                  const std::string& what) {
+  Target ref{"reference", std::shared_ptr<Backend>(rig.ref.get(), [](Backend*) {}),
+             std::shared_ptr<Queue>(rig.ref_q.get(), [](Queue*) {}), {}};
+  std::vector<Ref> want;
+  for (const Ref& o : outs) want.push_back(rig.copy(o));
+  rig.ref_q->go(make(ref, want));
+  rig.ref_q->wait();
+  for (Target& t : targets) {
+    std::vector<Ref> got;
+    for (const Ref& o : outs) got.push_back(t.fresh_copy(o));
+    t.q->go(make(t, got));
+    t.q->wait();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<uint8_t> g = t.read(got[i]);
+      ASSERT_EQ(std::memcmp(want[i].buf->ptr, g.data(), g.size()), 0)
+          << what << ": output " << i << " differs on " << t.name;
+    }
+  }
+}
+
+struct Fmt {
+  WFormat f;
+  int bits, gs;
+  DType sd;
+  const char* name;
+};
+inline const Fmt kFormats[] = {
+    {WFormat::Affine, 4, 64, DType::BF16, "q4g64"}, {WFormat::Affine, 4, 32, DType::BF16, "q4g32"},
+    {WFormat::Affine, 4, 128, DType::BF16, "q4g128"}, {WFormat::Affine, 4, 64, DType::F16, "q4g64-f16"},
+    {WFormat::Affine, 4, 64, DType::F32, "q4g64-f32"}, {WFormat::Affine, 8, 64, DType::BF16, "q8g64"},
+    {WFormat::BF16, 0, 0, DType::BF16, "bf16"}, {WFormat::F16, 0, 0, DType::BF16, "f16"},
+    {WFormat::F32, 0, 0, DType::BF16, "f32"},
+};
+
+inline void project_cases(std::vector<Target>& targets, bool quick = false) {
+  Rig rig;
+  for (const Fmt& f : kFormats)
+    for (int K : {128, 256, 384, 640, 2048})
+      for (int rows : {1, 5, 17, 64}) {
+        if (f.gs && K % f.gs) continue;
+        for (int T : {1, 3, 4, 6, 9}) {
+          if (K == 2048 && (rows == 17 || T == 6)) continue;  // keep the test fast
+          if (quick && (T == 6 || rows == 17 || K == 640)) continue;
+          Matrix m = rig.matrix(f.f, rows, K, f.bits, f.gs, f.sd);
+          bool tiny = T == 3;
+          Ref x = rig.inputs(size_t(T) * K, tiny), norm = rig.floats(K);
+          Ref y = rig.zeros(size_t(T) * rows * 4);
+          std::string what = std::string(f.name) + " K=" + std::to_string(K) + " rows=" + std::to_string(rows) +
+                             " T=" + std::to_string(T);
+          check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
+            return Op(op::Project{g.map(x), T % 2 ? g.map(norm) : Ref{}, 1e-6f, {g.map(m)}, {o[0]}, 1, T});
+          }, "project " + what);
+          check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
+            return Op(op::ProjectAdd{g.map(x), g.map(m), o[0], T});
+          }, "project_add " + what);
+        }
+      }
+}
+
+inline void mixed_and_swiglu_cases(std::vector<Target>& targets) {
+  Rig rig;
+  const int K = 256, T = 5;
+  Matrix a = rig.matrix(WFormat::Affine, 48, K), b = rig.matrix(WFormat::BF16, 16, K),
+         c = rig.matrix(WFormat::Affine, 4, K, 4, 32), d = rig.matrix(WFormat::Affine, 4, K, 8, 64);
+  Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
+  std::vector<Ref> ys = {rig.zeros(T * 48 * 4), rig.zeros(T * 16 * 4), rig.zeros(T * 4 * 4), rig.zeros(T * 4 * 4)};
+  check(rig, targets, ys, [&](Target& g, const std::vector<Ref>& o) {
+    return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map(a), g.map(b), g.map(c), g.map(d)}, {o[0], o[1], o[2], o[3]}, 4, T});
+  }, "project x4");
+  for (const Fmt& f : kFormats)
+    for (int T2 : {1, 4, 7}) {
+      Matrix g = rig.matrix(f.f, 40, K, f.bits, f.gs, f.sd), u = rig.matrix(f.f, 40, K, f.bits, f.gs, f.sd);
+      Ref x2 = rig.inputs(size_t(T2) * K);
+      check(rig, targets, {rig.zeros(size_t(T2) * 40 * 4)}, [&](Target& tg, const std::vector<Ref>& o) {
+        return Op(op::SwiGLU{tg.map(x2), tg.map(norm), 1e-6f, tg.map(g), tg.map(u), o[0], T2});
+      }, std::string("swiglu ") + f.name);
+    }
+}
+
+inline void embed_cases(std::vector<Target>& targets) {
+  Rig rig;
+  for (const Fmt& f : kFormats) {
+    Matrix t = rig.matrix(f.f, 50, 128, f.bits, f.gs, f.sd);
+    std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+    Ref tok{rig.ref->upload(ids.data(), ids.size() * 4, "ids")};
+    check(rig, targets, {rig.zeros(5 * 128 * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Embed{g.map(t), g.map(tok), o[0], 5});
+    }, std::string("embed ") + f.name);
+  }
+}
+
+inline void gdn_cases(std::vector<Target>& targets) {
+  Rig rig;
+  struct D {
+    int hk, hv, dk, dv;
+  };
+  for (D d : {D{2, 4, 32, 32}, D{1, 1, 8, 16}, D{4, 4, 64, 64}, D{2, 4, 128, 128}, D{3, 6, 24, 40}})
+    for (int T : {1, 3, 7}) {
+      GdnDims g{d.hk, d.hv, d.dk, d.dv, 4, 1e-6f};
+      const int C = g.conv_channels(), VD = g.value_dim();
+      Ref mixed = rig.inputs(size_t(T) * C), z = rig.inputs(size_t(T) * VD), b = rig.floats(size_t(T) * d.hv, 2.f),
+          a = rig.floats(size_t(T) * d.hv, 2.f), conv_w = rig.floats(size_t(C) * 4, 0.4f), A = rig.floats(d.hv),
+          dt = rig.floats(d.hv), norm = rig.floats(d.dv);
+      for (int h = 0; h < d.hv; ++h) A.as<float>()[h] = -std::fabs(A.as<float>()[h]) - 0.5f;
+      Ref conv_state = rig.floats(size_t(3) * C), S = rig.floats(size_t(d.hv) * d.dk * d.dv, 0.1f);
+      Ref out = rig.zeros(size_t(T) * VD * 4), scratch = rig.zeros(size_t(T) * C * 4);
+      check(rig, targets, {conv_state, S, out}, [&](Target& tg, const std::vector<Ref>& o) {
+        return Op(op::GdnCore{g, tg.map(mixed), tg.map(z), tg.map(b), tg.map(a), tg.map(conv_w), tg.map(A), tg.map(dt),
+                              tg.map(norm), o[0], o[1], o[2], tg.map(scratch), T});
+      }, "gdn hk=" + std::to_string(d.hk) + " hv=" + std::to_string(d.hv) + " T=" + std::to_string(T));
+    }
+}
+
+inline void attn_cases(std::vector<Target>& targets) {
+  Rig rig;
+  struct D {
+    int h, hkv, hd, rot;
+  };
+  const int ctx = 64;
+  for (D d : {D{4, 2, 64, 16}, D{8, 2, 256, 64}, D{2, 2, 32, 32}, D{3, 1, 48, 0}})
+    for (int pos0 : {0, 5, 40})
+      for (int T : {1, 4}) {
+        AttnDims ad{d.h, d.hkv, d.hd, d.rot, ctx, 1e-6f};
+        Ref qg = rig.inputs(size_t(T) * d.h * 2 * d.hd), k = rig.inputs(size_t(T) * d.hkv * d.hd),
+            v = rig.inputs(size_t(T) * d.hkv * d.hd), qn = rig.floats(d.hd), kn = rig.floats(d.hd);
+        Ref cs = rig.floats(size_t(ctx) * std::max(1, d.rot / 2)), sn = rig.floats(size_t(ctx) * std::max(1, d.rot / 2));
+        Ref kc = rig.floats(size_t(ctx) * d.hkv * d.hd), vc = rig.floats(size_t(ctx) * d.hkv * d.hd);
+        Ref pos{rig.ref->upload(&pos0, 4, "pos")};
+        Ref scores = rig.zeros(size_t(T) * d.h * ctx * 4), out = rig.zeros(size_t(T) * d.h * d.hd * 4);
+        check(rig, targets, {kc, vc, out}, [&](Target& g, const std::vector<Ref>& o) {
+          return Op(op::AttnCore{ad, g.map(qg), g.map(k), g.map(v), g.map(qn), g.map(kn), g.map(cs), g.map(sn), o[0], o[1],
+                                 g.map(pos), g.map(scores), o[2], T});
+        }, "attn h=" + std::to_string(d.h) + " pos=" + std::to_string(pos0) + " T=" + std::to_string(T));
+      }
+}
+
+inline void argmax_cases(std::vector<Target>& targets) {
+  Rig rig;
+  std::vector<std::vector<float>> cases = {{1.f, 5.f, NAN, 5.f, -INFINITY, 2.f}, {NAN, -INFINITY, -INFINITY},
+                                           {-INFINITY, NAN}, {0.f, -0.f, 0.f}, {-3.f, -1.f, -1.f, -2.f}};
+  std::vector<float> big(248320);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = float((i * 7919) % 100003) * 1e-3f;
+  big[200001] = big[99999] = 1000.f;
+  cases.push_back(big);
+  for (const auto& x : cases) {
+    Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")};
+    const int n = int(x.size());
+    check(rig, targets, {rig.zeros(4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Argmax{g.map(xr), n, o[0], {}});
+    }, "argmax n=" + std::to_string(n));
+  }
+  Ref xr{rig.ref->upload(cases[0].data(), 24, "x")}, out = rig.zeros(4);
+  rig.ref_q->go(op::Argmax{xr, 6, out, {}});
+  rig.ref_q->wait();
+  EXPECT_EQ(out.as<int32_t>()[0], 1);
+}
+
+}  // namespace parity
