@@ -37,23 +37,35 @@ char32_t byte_to_char(uint8_t b) { return tables().to_char[b]; }
 int char_to_byte(char32_t c) { return c < 512 ? tables().to_byte[c] : -1; }
 
 bool byte_level_decode(std::string_view token, std::string& out) {
+  // The alphabet is ASCII and two-byte UTF-8 (U+00A1..U+0143), so a longer sequence (or an
+  // invalid byte) means the token is not byte-level text.
   const Tables& t = tables();
-  size_t start = out.size();
+  char buf[256];
+  size_t n = token.size(), k = 0, i = 0;
   auto p = reinterpret_cast<const uint8_t*>(token.data());
-  size_t i = 0, n = token.size();
-  while (i < n) {
+  bool ok = n <= sizeof buf;
+  while (ok && i < n) {
+    uint8_t c = p[i];
     char32_t cp;
-    int bad;
-    int len = utf8_step(p + i, n - i, cp, bad);
-    int b = len > 0 && cp < 512 ? t.to_byte[cp] : -1;
-    if (b < 0) {
-      out.resize(start);
-      out.append(token);
-      return false;
+    if (c < 0x80) {
+      cp = c;
+      i += 1;
+    } else if ((c & 0xE0) == 0xC0 && i + 1 < n && (p[i + 1] & 0xC0) == 0x80) {
+      cp = char32_t(c & 0x1F) << 6 | (p[i + 1] & 0x3F);
+      i += 2;
+    } else {
+      ok = false;
+      break;
     }
-    out.push_back(char(b));
-    i += size_t(len);
+    int b = cp < 512 ? t.to_byte[cp] : -1;
+    if (b < 0) ok = false;
+    buf[k++] = char(b);
   }
+  if (!ok) {
+    out.append(token);
+    return false;
+  }
+  out.append(buf, k);
   return true;
 }
 

@@ -125,10 +125,7 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
 std::optional<std::string_view> Tokenizer::id_to_token(TokenId id) const {
   const Impl& t = *impl_;
   if (id < 0 || size_t(id) >= t.vocab_size || !(t.flags[size_t(id)] & Impl::kPresent)) return std::nullopt;
-  if (t.flags[size_t(id)] & Impl::kAdded) {
-    for (const AddedToken& a : t.added)
-      if (a.id == id) return std::string_view(a.content);
-  }
+  if (auto it = t.added_index.find(id); it != t.added_index.end()) return std::string_view(t.added[it->second].content);
   return t.bpe.text(id);
 }
 

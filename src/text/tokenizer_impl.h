@@ -20,6 +20,7 @@ struct Tokenizer::Impl {
 
   std::vector<AddedToken> added;  // in file order
   std::unordered_map<std::string, TokenId> added_ids;  // content -> id
+  std::unordered_map<TokenId, size_t> added_index;     // id -> index in `added`
   AddedTokenMatcher raw_matcher;   // normalized == false: matched in the raw text
   AddedTokenMatcher norm_matcher;  // normalized == true: matched in the NFC text
 

@@ -385,6 +385,7 @@ struct Loader {
       if (auto [it, fresh] = impl.added_ids.emplace(t.content, t.id); !fresh)
         fail_at(field, fmt::format("{} is also added with id {}", show_str(t.content), it->second));
       by_id[t.id] = &t;
+      impl.added_index[t.id] = impl.added.size();
       impl.added.push_back(t);
     }
     for (const AddedToken& t : impl.added) {
@@ -399,14 +400,14 @@ struct Loader {
     // What decode emits per id: the ByteLevel decoder's view of the token text.
     impl.decoded_off.assign(vocab_size + 1, 0);
     impl.decoded.reserve(size_t(text_begin.size()) / 2);
+    for (const AddedToken& t : impl.added) impl.flags[size_t(t.id)] |= Tokenizer::Impl::kAdded;
     for (size_t id = 0; id < vocab_size; ++id) {
       impl.decoded_off[id] = uint32_t(impl.decoded.size());
       std::optional<std::string_view> text;
-      auto added_it = by_id.find(TokenId(id));
-      if (added_it != by_id.end()) {
-        const AddedToken* t = added_it->second;
+      if (impl.flags[id] & Tokenizer::Impl::kAdded) {
+        const AddedToken* t = by_id.at(TokenId(id));
         text = t->content;
-        impl.flags[id] |= Tokenizer::Impl::kAdded | (t->special ? Tokenizer::Impl::kSpecial : 0);
+        if (t->special) impl.flags[id] |= Tokenizer::Impl::kSpecial;
       } else {
         text = bpe.text(TokenId(id));
       }

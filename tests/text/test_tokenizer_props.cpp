@@ -254,7 +254,7 @@ double seconds_to_encode(const Tokenizer& tok, const std::string& s, size_t& n_i
 TEST(TokenizerProps, LongInputsAreNotQuadratic) {
   // One 1 MB piece goes through the heap merge: O(n log n), about 0.3-0.7 s here (a quadratic
   // merge or a per-match UTF-8 recheck of the subject would take hours). The bound is loose
-  // for sanitizer builds; the 4x-size ratio catches anything clearly worse than n log n.
+  // for sanitizer builds; the 4x-size ratio (n log n: ~5 here, quadratic: 16) catches worse.
   const Tokenizer& tok = qwen3_tokenizer();
   std::mt19937_64 rng(3);
   auto letters = [&](size_t n) {
@@ -277,7 +277,7 @@ TEST(TokenizerProps, LongInputsAreNotQuadratic) {
     double t_big = seconds_to_encode(tok, in.big, n_big);
     std::printf("%s: 256 KB %.3f s, 1 MB %.3f s (%zu ids)\n", in.name, t_small, t_big, n_big);
     EXPECT_LT(t_big, 30.0) << in.name;
-    EXPECT_LT(t_big / std::max(t_small, 1e-3), 10.0) << in.name << ": grows faster than n log n";
+    EXPECT_LT(t_big / std::max(t_small, 1e-3), 12.0) << in.name << ": grows faster than n log n";
     EXPECT_GT(n_big, 0u);
   }
   // And the result is still right: a run of 'a' is made of the longest 'a' tokens.
