@@ -3,7 +3,7 @@
 //
 // The merge loop is HF's (models/bpe/word.rs): a min-heap of (rank, position) over adjacent
 // pairs, lowest rank first and leftmost on ties; stale entries are skipped when popped. That is
-// O(n log n) per piece, so a 1 MB piece without spaces costs milliseconds, not minutes.
+// O(n log n) per piece: a 1 MB piece without spaces takes ~0.3-0.4 s here, not hours.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -1,8 +1,8 @@
 // An allocator for the tokenizer's big tables (1-8 MB each): blocks of 1 MB or more are
 // 2 MB-aligned and marked MADV_HUGEPAGE, so the kernel backs them with huge pages.
 // Why: loading Qwen3's tokenizer.json first-touches ~15 MB of tables; with 4 KB pages that
-// was ~3,300 page faults per load and more than half of the load time on our VMs (measured
-// 95 ms -> 53 ms CPU with huge pages, fault count 3,250 -> ~300).
+// was ~3,250 page faults per load, each expensive in our VMs (measured on the 2-core dev VM:
+// 95 ms -> 51 ms CPU per load, ~3,250 -> ~600 faults).
 #pragma once
 #include <sys/mman.h>
 

@@ -1,6 +1,6 @@
-// A small pull parser for big JSON files (tokenizer.json: 11 MB, 300k strings), about 10x
-// faster than building an nlohmann DOM (measured: 190 ms DOM, 70 ms nlohmann SAX for Qwen3's
-// file). The caller walks the document and names each field it reads, so every error is one
+// A small pull parser for big JSON files (tokenizer.json: 11 MB, 300k strings). Measured on
+// Qwen3's file: nlohmann builds its DOM in 190 ms and its SAX pass alone takes 70 ms; this
+// reader scans the file in ~20 ms. The caller walks the document and names each field it reads, so every error is one
 // line: "<file>: <field>: expected ..., got ..." or "<file>: invalid JSON at line L, column C".
 #pragma once
 #include <cstdint>

@@ -52,7 +52,7 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
   auto file = MappedFile::open(path);
-  file->prefault();  // one call instead of ~300 page faults (measured ~2-4 ms on 11 MB)
+  file->prefault();  // one madvise instead of ~300 page faults while parsing
   std::string_view text(reinterpret_cast<const char*>(file->data()), file->size());
   return from_json(text, path);
 }
