@@ -1,0 +1,140 @@
+// The earlier engine's microbenchmark, on any backend: the 187 weight products of one
+// Qwen3.5-2B decode step in 97 stages (random 4-bit weights, 1.06 GB), timed
+//   (a) one wait per product, (b) one wait per stage, (c) one recorded graph per step,
+// in ms per token, with GB/s against the bandwidth the backend measures in the same run.
+// usage: deltaq-bench-stages [--device cpu|cuda] [--reps N]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+
+using namespace dq;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+Matrix random_q4(Backend& be, int rows, int cols, std::mt19937_64& rng) {
+  Matrix m;
+  m.format = WFormat::Affine;
+  m.rows = rows;
+  m.cols = cols;
+  m.bits = 4;
+  m.group_size = 64;
+  m.scale_dtype = DType::BF16;
+  std::vector<uint64_t> w(size_t(rows) * cols / 16);
+  for (auto& v : w) v = rng();
+  std::vector<uint16_t> s(size_t(rows) * cols / 64), b(s.size());
+  for (size_t g = 0; g < s.size(); ++g) {
+    float sc = 0.004f * float(int(rng() % 100) + 50) / 100.f * (rng() & 1 ? -1.f : 1.f);
+    s[g] = f32_to_bf16(sc);
+    b[g] = f32_to_bf16(-7.5f * sc);
+  }
+  m.w = be.upload(w.data(), w.size() * 8, "w");
+  m.scales = be.upload(s.data(), s.size() * 2, "s");
+  m.biases = be.upload(b.data(), b.size() * 2, "b");
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  EngineOptions opt;
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) opt.device = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    auto be = make_backend(opt);
+    auto q = be->make_queue();
+    std::mt19937_64 rng(1);
+    const int H = 2048, I = 6144, C = 6144, VD = 2048, QG = 4096, KV = 512, V = 248320;
+    struct Stage {
+      std::vector<Matrix> mats;
+      int in;
+    };
+    std::vector<Stage> stages;
+    for (int l = 0; l < 24; ++l) {
+      if ((l + 1) % 4) {
+        stages.push_back({{random_q4(*be, C, H, rng), random_q4(*be, VD, H, rng), random_q4(*be, 16, H, rng),
+                           random_q4(*be, 16, H, rng)}, H});
+        stages.push_back({{random_q4(*be, H, VD, rng)}, VD});
+      } else {
+        stages.push_back({{random_q4(*be, QG, H, rng), random_q4(*be, KV, H, rng), random_q4(*be, KV, H, rng)}, H});
+        stages.push_back({{random_q4(*be, H, QG / 2, rng)}, QG / 2});
+      }
+      stages.push_back({{random_q4(*be, I, H, rng), random_q4(*be, I, H, rng)}, H});
+      stages.push_back({{random_q4(*be, H, I, rng)}, I});
+    }
+    stages.push_back({{random_q4(*be, V, H, rng)}, H});
+    size_t bytes = 0;
+    int products = 0;
+    for (auto& st : stages)
+      for (auto& m : st.mats) bytes += m.bytes(), ++products;
+    std::vector<float> xh(I);
+    for (int i = 0; i < I; ++i) xh[i] = std::sin(0.01f * i);
+    Ref x{be->upload(xh.data(), xh.size() * 4, "x")};
+    std::vector<Ref> ys;
+    for (int i = 0; i < 4; ++i) ys.push_back(Ref{be->alloc(size_t(V) * 4, "y")});
+
+    auto issue_stage = [&](const Stage& st, bool wait_each) {
+      if (wait_each) {
+        for (size_t i = 0; i < st.mats.size(); ++i) {
+          q->go(op::Project{x, Ref{}, 0, {st.mats[i]}, {ys[i]}, 1, 1});
+          q->wait();
+        }
+        return;
+      }
+      op::Project p{x, Ref{}, 0, {}, {}, int(st.mats.size()), 1};
+      for (size_t i = 0; i < st.mats.size(); ++i) p.w[i] = st.mats[i], p.y[i] = ys[i];
+      q->go(std::move(p));
+    };
+    auto time_mode = [&](int mode, const Graph* g) {
+      auto run = [&] {
+        if (mode == 2) {
+          q->replay(*g);
+          q->wait();
+          return;
+        }
+        for (const Stage& st : stages) {
+          issue_stage(st, mode == 0);
+          if (mode == 1) q->wait();
+        }
+      };
+      run();
+      double best = 1e9;
+      for (int r = 0; r < reps; ++r) {
+        auto t0 = clk::now();
+        run();
+        best = std::min(best, std::chrono::duration<double>(clk::now() - t0).count());
+      }
+      return best;
+    };
+    auto graph = q->capture([&] {
+      for (const Stage& st : stages) issue_stage(st, false);
+    });
+    const double bw = be->measure_bandwidth_gbps();
+    std::printf("backend %s: %d products in %zu stages, %.3f GB of 4-bit weights; bandwidth measured %.1f GB/s\n",
+                be->name().c_str(), products, stages.size(), bytes / 1e9, bw);
+    const char* names[] = {"(a) one wait per product", "(b) one wait per stage  ", "(c) one graph per step  "};
+    for (int mode = 0; mode < 3; ++mode) {
+      double s = time_mode(mode, graph.get());
+      std::printf("%s: %8.3f ms/token  %8.1f GB/s  %5.1f%% of measured\n", names[mode], s * 1e3, bytes / s / 1e9,
+                  100.0 * bytes / s / 1e9 / bw);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
