@@ -28,12 +28,12 @@ Command add_bench(CLI::App& app) {
             std::vector<int32_t> ids(*prompt);
             for (auto& t : ids) t = int32_t(rng() % uint32_t(c.vocab_size));
             auto t0 = clk::now();
-            int32_t next = e->feed(ids);
+            e->feed(ids);
             double prefill_s = std::chrono::duration<double>(clk::now() - t0).count();
-            for (int i = 0; i < 3; ++i) next = e->step_greedy();  // warm-up
+            for (int i = 0; i < 3; ++i) e->step_greedy();  // warm-up
             const int start_pos = e->position();
             t0 = clk::now();
-            for (int i = 0; i < *tokens; ++i) next = e->step_greedy();
+            for (int i = 0; i < *tokens; ++i) e->step_greedy();
             double s = std::chrono::duration<double>(clk::now() - t0).count();
             const size_t rss = peak_rss_bytes();
             const double tps = *tokens / s;

@@ -94,13 +94,14 @@ struct Target {
   std::string name;
   std::shared_ptr<Backend> be;
   std::shared_ptr<Queue> q;
-  std::map<const void*, Buffer> uploaded;
+  // host buffer -> (the host buffer, kept alive so its address is never reused; its copy)
+  std::map<const void*, std::pair<Buffer, Buffer>> uploaded;
 
   Ref map(const Ref& r) {
     if (!r || be->is_cpu()) return r;
-    Buffer& b = uploaded[r.buf.get()];
-    if (!b) b = be->upload(r.buf->ptr, r.buf->bytes, r.buf->name);
-    return Ref{b, r.off};
+    auto& e = uploaded[r.buf.get()];
+    if (!e.second) e = {r.buf, be->upload(r.buf->ptr, r.buf->bytes, r.buf->name)};
+    return Ref{e.second, r.off};
   }
   Matrix map(const Matrix& m) {
     Matrix d = m;

@@ -80,6 +80,7 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaEventCreate(&ev_start_));
     DQ_CUDA_CHECK(cudaEventCreate(&ev_end_));
     DQ_CUDA_CHECK(cudaMallocHost(&err_host_, sizeof(DeviceError)));
+    DQ_CUDA_CHECK(cudaMalloc(&argmax_key_, sizeof(unsigned long long)));
     const char* p = std::getenv("DELTAQ_PROFILE");
     profile_ = p && *p && std::strcmp(p, "0") != 0;
   }
@@ -89,6 +90,7 @@ class CudaQueue : public Queue {
     cudaEventDestroy(ev_start_);
     cudaEventDestroy(ev_end_);
     cudaFreeHost(err_host_);
+    cudaFree(argmax_key_);
     cudaStreamDestroy(stream_);
   }
 
@@ -256,7 +258,8 @@ class CudaQueue : public Queue {
     launch_attn(a, stream_);
   }
   void launch_one(const op::Argmax& o) {
-    launch_argmax(o.x.as<float>(), o.n, o.out.as<int32_t>(), o.out2 ? o.out2.as<int32_t>() : nullptr, stream_);
+    launch_argmax(o.x.as<float>(), o.n, o.out.as<int32_t>(), o.out2 ? o.out2.as<int32_t>() : nullptr, argmax_key_,
+                  num_sms_, stream_);
   }
   void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
   void launch_one(const op::Zero& o) { DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_)); }
@@ -308,6 +311,7 @@ class CudaQueue : public Queue {
   int num_sms_;
   DeviceError* err_dev_;
   DeviceError* err_host_ = nullptr;
+  unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
   WaitTrace trace_;
   cudaEvent_t ev_start_, ev_end_;
   bool in_stage_ = false;

@@ -100,6 +100,66 @@ __global__ void head_kernel(GdnArgs a) {
   }
 }
 
+// The common case (Dk a compile-time 128 or 64): thread v keeps column v of S in registers;
+// all its loads are issued at once, S is read once and written once per step.
+template <int DK>
+__global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
+  __shared__ float qn[DK], kn[DK], ob[256], slot[4];
+  const int hv = blockIdx.x, Hk = a.hk, Hv = a.hv, Dv = a.dv;
+  const int C = 2 * Hk * DK + Hv * Dv;
+  const int hk = hv / (Hv / Hk);
+  const int v = threadIdx.x;
+  float* Sg = a.S + size_t(hv) * DK * Dv;
+  float col[DK];
+  if (v < Dv) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) col[i] = Sg[i * Dv + v];
+  }
+  const float scale = 1.0f / sqrtf(float(DK));
+  for (int t = 0; t < a.T; ++t) {
+    const float* u = a.u + size_t(t) * C;
+    const float* q = u + hk * DK;
+    const float* k = u + Hk * DK + hk * DK;
+    const float rq = 1.0f / sqrtf(block_sum_squares(q, DK, slot) + 1e-6f);
+    const float rk = 1.0f / sqrtf(block_sum_squares(k, DK, slot + 1) + 1e-6f);
+    for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+      qn[i] = (q[i] * rq) * scale;
+      kn[i] = k[i] * rk;
+    }
+    __syncthreads();
+    const float beta = num::sigmoid(a.b[size_t(t) * Hv + hv]);
+    const float g = a.A_neg[hv] * num::softplus(a.a[size_t(t) * Hv + hv] + a.dt_bias[hv]);
+    const float alpha = num::exp(g);
+    if (v < Dv) {
+      float m = 0.0f;
+#pragma unroll
+      for (int i = 0; i < DK; ++i) {
+        col[i] = alpha * col[i];
+        m = fmaf(col[i], kn[i], m);
+      }
+      const float delta = beta * (u[2 * Hk * DK + hv * Dv + v] - m);
+      float o = 0.0f;
+#pragma unroll
+      for (int i = 0; i < DK; ++i) {
+        col[i] = fmaf(kn[i], delta, col[i]);
+        o = fmaf(col[i], qn[i], o);
+      }
+      ob[v] = o;
+    }
+    __syncthreads();
+    const float r = num::rms_inv(block_sum_squares(ob, Dv, slot + 2), Dv, a.eps);
+    if (v < Dv) {
+      const size_t at = size_t(t) * Hv * Dv + size_t(hv) * Dv + v;
+      a.out[at] = ((ob[v] * r) * a.norm[v]) * num::silu(a.z[at]);
+    }
+    __syncthreads();
+  }
+  if (v < Dv) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) Sg[i * Dv + v] = col[i];
+  }
+}
+
 }  // namespace
 
 void launch_gdn(const GdnArgs& a, cudaStream_t s) {
@@ -114,7 +174,11 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(head_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
     attr_set = true;
   }
-  if (base + state <= 150 * 1024)
+  if (a.dk == 128 && a.dv <= 256)
+    head_kernel_reg<128><<<a.hv, threads, 0, s>>>(a);
+  else if (a.dk == 64 && a.dv <= 256)
+    head_kernel_reg<64><<<a.hv, threads, 0, s>>>(a);
+  else if (base + state <= 150 * 1024)
     head_kernel<true><<<a.hv, threads, base + state, s>>>(a);
   else
     head_kernel<false><<<a.hv, threads, base, s>>>(a);

@@ -67,7 +67,9 @@ struct AttnArgs {
 };
 void launch_attn(const AttnArgs& a, cudaStream_t s);
 
-void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, cudaStream_t s);
+// key: a device word the launch may use as scratch (kept by the queue).
+void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, unsigned long long* key, int num_sms,
+                   cudaStream_t s);
 void launch_advance_pos(int32_t* pos, int delta, cudaStream_t s);
 
 }  // namespace dq::cuda

@@ -138,9 +138,59 @@ __device__ float row_dot(const MatDev& m, int r, const SharedX& sx, int lane) {
   return warp_butterfly(acc);
 }
 
-// Grid-stride over the rows of all matrices; per token, the block first normalises x into
-// shared memory (the canonical rmsnorm: warp 0 sums squares in lane order) and makes the
-// group sums, then every warp takes rows.
+// Two 4-bit rows at once (row ra of ma, row rb of mb; same width and group size), sharing the
+// x reads, chunk by chunk: each lane first loads its 8 words of the chunk for both rows (16
+// loads in flight), then computes. The per-lane order (units u = lane + 32 i, i increasing) is
+// the canonical one. rb < 0: one row.
+__device__ void rows_q4_pair(const MatDev& ma, int ra, const MatDev& mb, int rb, const SharedX& sx, int lane,
+                             float* out_a, float* out_b) {
+  const MatDev& m = ma;
+  const int K = m.cols, U = K / 8, G = K / m.gs;
+  const bool two = rb >= 0;
+  const uint32_t* wa = static_cast<const uint32_t*>(ma.w) + size_t(ra) * U;
+  const uint32_t* wb = static_cast<const uint32_t*>(mb.w) + size_t(two ? rb : 0) * U;
+  float acc_a = 0.0f, acc_b = 0.0f;
+  for (int base = 0; base < U; base += 256) {
+    uint32_t va[8], vb[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int u = base + lane + 32 * i;
+      va[i] = u < U ? __ldg(wa + u) : 0u;
+      vb[i] = (two && u < U) ? __ldg(wb + u) : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int u = base + lane + 32 * i;
+      if (u < U) {
+        const float4 xa = sx.xa[u], xb = sx.xb[u];
+        const int g = u * 8 / m.gs;
+        acc_a = fmaf(load_scale(ma.s, ra * G + g, ma.sdt), unit_q4(va[i], xa, xb), acc_a);
+        if (two) acc_b = fmaf(load_scale(mb.s, rb * G + g, mb.sdt), unit_q4(vb[i], xa, xb), acc_b);
+      }
+    }
+  }
+  float ba = 0.0f, bb = 0.0f;
+  for (int g = lane; g < G; g += 32) {
+    ba = fmaf(load_scale(ma.b, ra * G + g, ma.sdt), sx.xg[g], ba);
+    if (two) bb = fmaf(load_scale(mb.b, rb * G + g, mb.sdt), sx.xg[g], bb);
+  }
+  *out_a = warp_butterfly(acc_a + ba);
+  if (two) *out_b = warp_butterfly(acc_b + bb);
+}
+
+__device__ __forceinline__ bool is_q4(const MatDev& m) { return m.fmt == WFmt::Affine && m.bits == 4; }
+
+__device__ __forceinline__ void rows_pair(const MatDev& ma, int ra, const MatDev& mb, int rb, const SharedX& sx,
+                                          int lane, float* va, float* vb) {
+  if (is_q4(ma) && (rb < 0 || (is_q4(mb) && mb.gs == ma.gs && mb.sdt == ma.sdt)))
+    return rows_q4_pair(ma, ra, mb, rb, sx, lane, va, vb);
+  *va = row_dot(ma, ra, sx, lane);
+  if (rb >= 0) *vb = row_dot(mb, rb, sx, lane);
+}
+
+// Grid-stride over pairs of rows of all matrices (SwiGLU: the gate row and the up row); per
+// token the block first normalises x into shared memory (the canonical rmsnorm: warp 0 sums
+// squares in lane order) and makes the group sums.
 __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int gs) {
   extern __shared__ float4 smem4[];
   const int K = a.K, U = K / 8;
@@ -149,9 +199,10 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
   float* xg = reinterpret_cast<float*>(smem4 + 2 * U);
   __shared__ float s_r;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int total = 0;
-  for (int i = 0; i < a.n; ++i) total += a.m[i].rows;
-  if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
+  int pairs = 0;
+  if (a.epi == Epilogue::SwiGLU) pairs = a.m[0].rows;
+  else
+    for (int i = 0; i < a.n; ++i) pairs += (a.m[i].rows + 1) / 2;
 
   for (int t = 0; t < a.T; ++t) {
     const float* x = a.x + size_t(t) * K;
@@ -194,19 +245,23 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
       __syncthreads();
     }
     const SharedX sx{xa, xb, xg};
-    for (int row = blockIdx.x * kWarps + warp; row < total; row += gridDim.x * kWarps) {
+    for (int pr = blockIdx.x * kWarps + warp; pr < pairs; pr += gridDim.x * kWarps) {
       if (a.epi == Epilogue::SwiGLU) {
-        float g = row_dot(a.m[0], row, sx, lane);
-        float u = row_dot(a.m[1], row, sx, lane);
-        if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + row] = num::silu(g) * u;
+        float g = 0.0f, u = 0.0f;
+        rows_pair(a.m[0], pr, a.m[1], pr, sx, lane, &g, &u);
+        if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + pr] = num::silu(g) * u;
         continue;
       }
-      int i = 0, rr = row;
-      while (rr >= a.m[i].rows) rr -= a.m[i++].rows;
-      float v = row_dot(a.m[i], rr, sx, lane);
+      int i = 0, p = pr;
+      while (p >= (a.m[i].rows + 1) / 2) p -= (a.m[i++].rows + 1) / 2;
+      const MatDev& m = a.m[i];
+      const int ra = 2 * p, rb = 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
+      float va = 0.0f, vb = 0.0f;
+      rows_pair(m, ra, m, rb, sx, lane, &va, &vb);
       if (lane == 0) {
-        float* y = a.m[i].y + size_t(t) * a.m[i].rows + rr;
-        *y = a.epi == Epilogue::Add ? *y + v : v;
+        float* y = m.y + size_t(t) * m.rows;
+        y[ra] = a.epi == Epilogue::Add ? y[ra] + va : va;
+        if (rb >= 0) y[rb] = a.epi == Epilogue::Add ? y[rb] + vb : vb;
       }
     }
     __syncthreads();  // the next token overwrites shared memory
@@ -230,8 +285,8 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       }
       gs = a.m[i].gs;
     }
-  int total = 0;
-  for (int i = 0; i < a.n; ++i) total += a.m[i].rows;
+  int total = 0;  // warps' work items: row pairs (SwiGLU: gate/up rows)
+  for (int i = 0; i < a.n; ++i) total += (a.m[i].rows + 1) / 2;
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
   const size_t smem = size_t(a.K) * 4 + (gs ? size_t(a.K / gs) * 4 : 0) + 16;
   static bool attr_set = false;
@@ -239,7 +294,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * 8));
+  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * 4));
   project_kernel<<<blocks, kWarps * 32, smem, s>>>(a, gs);
   DQ_CUDA_CHECK(cudaGetLastError());
 }

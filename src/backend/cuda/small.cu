@@ -1,6 +1,8 @@
 // Embedding gather, argmax, position advance.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
@@ -43,42 +45,35 @@ __global__ void embed_kernel(EmbedArgs a) {
   }
 }
 
-// The largest value, lowest index on ties, NaN never wins; index 0 when nothing beats -inf.
-__device__ __forceinline__ void better(float& bv, int& bi, float v, int i) {
-  if (v > bv || (v == bv && i < bi && bv > -INFINITY)) {
-    bv = v;
-    bi = i;
-  }
+// Argmax as one 64-bit atomicMax per block: key = (order-preserving bits of the value) << 32 |
+// (~index), so the largest value wins and, among equal values, the lowest index. Only values
+// > -inf are candidates (NaN never wins); nothing beats -inf -> index 0. The same result as the
+// reference's first-maximum scan, whatever the order of the blocks.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+  if (!(v > -INFINITY)) return 0ull;
+  if (v == 0.0f) v = 0.0f;  // -0 and +0 are equal values
+  uint32_t b = __float_as_uint(v);
+  b ^= (b >> 31) ? 0xFFFFFFFFu : 0x80000000u;
+  return (static_cast<unsigned long long>(b) << 32) | (0xFFFFFFFFu - uint32_t(i));
 }
 
-__global__ void argmax_kernel(const float* x, int n, int32_t* out, int32_t* out2) {
-  float bv = -INFINITY;
-  int bi = 0x7fffffff;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) better(bv, bi, x[i], i);
+__global__ void argmax_kernel(const float* x, int n, unsigned long long* key) {
+  unsigned long long best = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    unsigned long long k = argmax_key(x[i], i);
+    best = k > best ? k : best;
+  }
   for (int m = 16; m >= 1; m >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, bv, m);
-    int oi = __shfl_xor_sync(0xffffffffu, bi, m);
-    better(bv, bi, ov, oi);
+    unsigned long long o = __shfl_xor_sync(0xffffffffu, best, m);
+    best = o > best ? o : best;
   }
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) sv[warp] = bv, si[warp] = bi;
-  __syncthreads();
-  if (warp == 0) {
-    bv = lane < int(blockDim.x / 32) ? sv[lane] : -INFINITY;
-    bi = lane < int(blockDim.x / 32) ? si[lane] : 0x7fffffff;
-    for (int m = 16; m >= 1; m >>= 1) {
-      float ov = __shfl_xor_sync(0xffffffffu, bv, m);
-      int oi = __shfl_xor_sync(0xffffffffu, bi, m);
-      better(bv, bi, ov, oi);
-    }
-    if (lane == 0) {
-      int r = bi == 0x7fffffff ? 0 : bi;
-      *out = r;
-      if (out2) *out2 = r;
-    }
-  }
+  if ((threadIdx.x & 31) == 0 && best) atomicMax(key, best);
+}
+
+__global__ void argmax_finish(const unsigned long long* key, int32_t* out, int32_t* out2) {
+  const int r = *key ? int(0xFFFFFFFFu - uint32_t(*key & 0xFFFFFFFFull)) : 0;
+  *out = r;
+  if (out2) *out2 = r;
 }
 
 __global__ void advance_kernel(int32_t* pos, int delta) { *pos += delta; }
@@ -90,8 +85,13 @@ void launch_embed(const EmbedArgs& a, cudaStream_t s) {
   DQ_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, cudaStream_t s) {
-  argmax_kernel<<<1, 1024, 0, s>>>(x, n, out, out2);
+void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, unsigned long long* key, int num_sms,
+                   cudaStream_t s) {
+  DQ_CUDA_CHECK(cudaMemsetAsync(key, 0, sizeof(unsigned long long), s));
+  const int blocks = std::max(1, std::min((n + 255) / 256, num_sms * 2));
+  argmax_kernel<<<blocks, 256, 0, s>>>(x, n, key);
+  DQ_CUDA_CHECK(cudaGetLastError());
+  argmax_finish<<<1, 1, 0, s>>>(key, out, out2);
   DQ_CUDA_CHECK(cudaGetLastError());
 }
 
