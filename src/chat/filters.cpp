@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <unordered_map>
 
 #include "chat/builtins.h"
@@ -287,22 +289,16 @@ Value f_forceescape(Interp&, const Value& v, Args& a) {
   return Value::string(text::html_escape(py_str(v)), true);
 }
 
-Value f_first(Interp& in, const Value& v, Args& a) {
+Value f_first(Interp&, const Value& v, Args& a) {
   no_args("first", a);
-  if (v.is_str()) {
-    if (v.s().empty()) return Value::undefined("No first item, sequence was empty.");
-    size_t j = 0;
-    text::next_cp(v.s(), j);
-    return str(v.s().substr(0, j));
-  }
-  List items = iterate(in.budget, v);
-  if (items.empty()) return Value::undefined("No first item, sequence was empty.");
-  return items.front();
+  Cursor cur(v);  // next(iter(seq)): takes one item of an iterator
+  Value x;
+  if (!cur.next(x)) return Value::undefined("No first item, sequence was empty.");
+  return x;
 }
 
 Value f_last(Interp& in, const Value& v, Args& a) {
   no_args("last", a);
-  if (v.generator()) efail("'generator' object is not reversible");
   if (!v.is_str() && !v.is_list() && !v.is_dict() && !v.is_undefined())
     efail("'{}' object is not reversible", type_name(v));
   if (v.is_str()) {
@@ -406,13 +402,37 @@ Value f_int(Interp&, const Value& v, Args& a) {
   return def;
 }
 
-Value f_items(Interp&, const Value& v, Args& a) {
+// A lazy iterator named `kind` whose next() is `fn`; refs says whether it captures a
+// namespace or loop object (see Value::holds_ref).
+Value make_iter(std::string kind, bool refs, std::function<bool(Value&)> fn) {
+  auto it = std::make_shared<IterData>();
+  it->kind = std::move(kind);
+  it->refs = refs;
+  it->next_fn = std::move(fn);
+  return Value::iter(std::move(it));
+}
+
+bool args_refs(const Value& v, const Args& a) {
+  bool r = v.holds_ref();
+  for (const Value& x : a.pos) r = r || x.holds_ref();
+  for (const auto& kv : a.kw) r = r || kv.second.holds_ref();
+  return r;
+}
+
+Value f_items(Interp& in, const Value& v, Args& a) {
   no_args("items", a);
-  if (v.is_undefined()) return Value::list({}, Value::kGenerator);
-  if (!v.is_dict()) efail("Can only get item pairs from a mapping.");
-  List out;
-  for (const auto& [k, x] : v.dict().items) out.push_back(Value::tuple({k, x}));
-  return Value::list(std::move(out), Value::kGenerator);
+  std::optional<Cursor> keys;
+  Interp* ip = &in;
+  return make_iter("generator", v.holds_ref(), [ip, v, keys](Value& out) mutable {
+    if (v.is_undefined()) return false;
+    if (!v.is_dict()) efail("Can only get item pairs from a mapping.");
+    if (!keys) keys.emplace(v);
+    Value k;
+    if (!keys->next(k)) return false;
+    ip->budget.charge(1);
+    out = Value::tuple({k, *v.dict().find(k)});
+    return true;
+  });
 }
 
 Value f_join(Interp& in, const Value& v, Args& a) {
@@ -449,29 +469,47 @@ Value f_upper(Interp&, const Value& v, Args& a) {
   return keep(s, text::upper(s.s()));
 }
 
+// |map: a generator; nothing runs until the first item is pulled (jinja2's sync_do_map).
 Value f_map(Interp& in, const Value& v, Args& a) {
-  List items = iterate(in.budget, v);
-  List out;
-  out.reserve(items.size());
-  if (a.pos.empty() && std::any_of(a.kw.begin(), a.kw.end(), [](auto& kv) { return kv.first == "attribute"; })) {
-    Params p("map", a, {"attribute", "default"});
-    std::vector<Value> parts = attribute_parts(*p.get(0));
-    Value def = p.get_or(1, Value::none());
-    for (const Value& x : items) out.push_back(get_path(in, x, parts, &def));
-  } else {
-    if (a.pos.empty()) efail("map requires a filter argument");
-    Value name = a.pos.front();
-    if (!name.is_str()) efail("map requires a filter name");
-    Args rest;
-    rest.pos.assign(a.pos.begin() + 1, a.pos.end());
-    rest.kw = a.kw;
-    if (!is_filter_name(name.s())) efail("No filter named '{}'.", name.s());
-    for (const Value& x : items) {
-      Args call = rest;
-      out.push_back(apply_filter(in, name.s(), x, call));
+  Interp* ip = &in;
+  bool started = false;
+  std::optional<Cursor> cur;
+  std::vector<Value> parts;
+  Value def;
+  bool by_attr = false;
+  Value name;
+  Args rest;
+  return make_iter("generator", args_refs(v, a),
+                   [=](Value& out) mutable {
+    if (!started) {
+      started = true;
+      if (!truthy(v)) return false;
+      if (a.pos.empty() && std::any_of(a.kw.begin(), a.kw.end(), [](auto& kv) { return kv.first == "attribute"; })) {
+        Args kw = a;
+        Params p("map", kw, {"attribute", "default"});
+        parts = attribute_parts(*p.get(0));
+        def = p.get_or(1, Value::none());
+        by_attr = true;
+      } else {
+        if (a.pos.empty()) efail("map requires a filter argument");
+        name = a.pos.front();
+        rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+        rest.kw = a.kw;
+      }
+      cur.emplace(v);
     }
-  }
-  return Value::list(std::move(out), Value::kGenerator);
+    if (!cur) return false;
+    Value item;
+    if (!cur->next(item)) return false;
+    ip->budget.charge(1);
+    if (by_attr) {
+      out = get_path(*ip, item, parts, &def);
+    } else {
+      Args call = rest;
+      out = apply_filter(*ip, py_str(name), item, call);
+    }
+    return true;
+  });
 }
 
 Value min_or_max(Interp& in, const Value& v, Args& a, bool want_max, const char* fn) {
@@ -498,39 +536,53 @@ Value min_or_max(Interp& in, const Value& v, Args& a, bool want_max, const char*
 Value f_max(Interp& in, const Value& v, Args& a) { return min_or_max(in, v, a, true, "max"); }
 Value f_min(Interp& in, const Value& v, Args& a) { return min_or_max(in, v, a, false, "min"); }
 
+// |select, |reject, |selectattr, |rejectattr: generators (jinja2's select_or_reject).
 Value select_or_reject(Interp& in, const Value& v, Args& a, bool lookup_attr, bool select) {
-  List out;
-  if (!truthy(v)) return Value::list({}, Value::kGenerator);
-  size_t off = 0;
+  Interp* ip = &in;
+  bool started = false, has_test = false;
+  std::optional<Cursor> cur;
   std::vector<Value> parts;
-  if (lookup_attr) {
-    if (a.pos.empty()) efail("Missing parameter for attribute name");
-    parts = attribute_parts(a.pos[0]);
-    off = 1;
-  }
-  bool has_test = a.pos.size() > off;
-  std::string test_name;
+  Value test_name;
   Args rest;
-  if (has_test) {
-    if (!a.pos[off].is_str()) efail("test name must be a string");
-    test_name = a.pos[off].s();
-    if (!is_test_name(test_name)) efail("No test named '{}'.", test_name);
-    rest.pos.assign(a.pos.begin() + static_cast<ptrdiff_t>(off + 1), a.pos.end());
-    rest.kw = a.kw;
-  }
-  for (const Value& x : iterate(in.budget, v)) {
-    Value t = lookup_attr ? get_path(in, x, parts, nullptr) : x;
-    bool r;
-    if (has_test) {
-      Args call = rest;
-      r = apply_test(in, test_name, t, call);
-    } else {
-      r = truthy(t);
+  return make_iter("generator", args_refs(v, a), [=](Value& out) mutable {
+    if (!started) {
+      started = true;
+      if (!truthy(v)) return false;
+      size_t off = 0;
+      if (lookup_attr) {
+        if (a.pos.empty()) efail("Missing parameter for attribute name");
+        parts = attribute_parts(a.pos[0]);
+        off = 1;
+      }
+      has_test = a.pos.size() > off;
+      if (has_test) {
+        test_name = a.pos[off];
+        rest.pos.assign(a.pos.begin() + static_cast<ptrdiff_t>(off + 1), a.pos.end());
+        rest.kw = a.kw;
+      }
+      cur.emplace(v);
     }
-    if (r == select) out.push_back(x);
-  }
-  return Value::list(std::move(out), Value::kGenerator);
+    if (!cur) return false;
+    Value x;
+    while (cur->next(x)) {
+      ip->budget.charge(1);
+      Value t = lookup_attr ? get_path(*ip, x, parts, nullptr) : x;
+      bool r;
+      if (has_test) {
+        Args call = rest;
+        r = apply_test(*ip, py_str(test_name), t, call);
+      } else {
+        r = truthy(t);
+      }
+      if (r == select) {
+        out = x;
+        return true;
+      }
+    }
+    return false;
+  });
 }
+
 Value f_select(Interp& in, const Value& v, Args& a) { return select_or_reject(in, v, a, false, true); }
 Value f_reject(Interp& in, const Value& v, Args& a) { return select_or_reject(in, v, a, false, false); }
 Value f_selectattr(Interp& in, const Value& v, Args& a) { return select_or_reject(in, v, a, true, true); }
@@ -588,10 +640,23 @@ Value f_reverse(Interp& in, const Value& v, Args& a) {
     std::reverse(u.begin(), u.end());
     return keep(v, text::encode(u));
   }
+  if (v.is(Type::Iter)) {  // reversed() refuses iterators: jinja2 falls back to list(value)
+    List items = iterate(in.budget, v);
+    std::reverse(items.begin(), items.end());
+    return Value::list(std::move(items));
+  }
   if (!v.is_list() && !v.is_dict() && !v.is_undefined()) efail("argument must be iterable");
   List items = iterate(in.budget, v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items), v.generator() ? 0 : Value::kGenerator);
+  std::string kind = v.is_dict() ? "dict_reversekeyiterator"
+                     : v.view() ? "dict_reverseiterator"
+                     : v.is_list() && !v.tuple() ? "list_reverseiterator" : "reversed";
+  size_t i = 0;
+  return make_iter(kind, v.holds_ref(), [items = std::move(items), i](Value& out) mutable {
+    if (i >= items.size()) return false;
+    out = items[i++];
+    return true;
+  });
 }
 
 Value f_round(Interp&, const Value& v, Args& a) {
@@ -738,29 +803,129 @@ Value f_trim(Interp&, const Value& v, Args& a) {
   return keep(s, text::strip(s.s(), nullptr, true, true));
 }
 
+// |batch(linecount, fill_with=None): a generator of lists (jinja2's sync_do_batch).
+Value f_batch(Interp& in, const Value& v, Args& a) {
+  Params p("batch", a, {"linecount", "fill_with"}, 1);
+  Value count = *p.get(0), fill = p.get_or(1, Value::none());
+  Interp* ip = &in;
+  std::optional<Cursor> cur;
+  bool done = false;
+  return make_iter("generator", v.holds_ref() || fill.holds_ref(), [=](Value& out) mutable {
+    if (done) return false;
+    if (!cur) cur.emplace(v);
+    if (!count.is_int() || count.i() <= 0) efail("batch size must be a positive integer");
+    List tmp;
+    Value x;
+    while (static_cast<int64_t>(tmp.size()) < count.i() && cur->next(x)) {
+      ip->budget.charge(1);
+      tmp.push_back(std::move(x));
+    }
+    if (static_cast<int64_t>(tmp.size()) < count.i()) {
+      done = true;
+      if (tmp.empty()) return false;
+      if (!fill.is_none()) {
+        ip->budget.charge_items(static_cast<size_t>(count.i()));
+        while (static_cast<int64_t>(tmp.size()) < count.i()) tmp.push_back(fill);
+      }
+    }
+    out = Value::list(std::move(tmp));
+    return true;
+  });
+}
+
+// |slice(slices, fill_with=None): a generator of `slices` lists (jinja2's sync_do_slice).
+Value f_slice(Interp& in, const Value& v, Args& a) {
+  Params p("slice", a, {"slices", "fill_with"}, 1);
+  if (!p.get(0)->is_int()) efail("'{}' object cannot be interpreted as an integer", type_name(*p.get(0)));
+  int64_t slices = p.get(0)->i();
+  Value fill = p.get_or(1, Value::none());
+  Interp* ip = &in;
+  bool started = false;
+  List seq;
+  int64_t number = 0, offset = 0;
+  return make_iter("generator", v.holds_ref() || fill.holds_ref(), [=](Value& out) mutable {
+    if (!started) {
+      started = true;
+      seq = iterate(ip->budget, v);
+      if (slices == 0) efail("integer division or modulo by zero");
+    }
+    if (number >= slices) return false;
+    auto len = static_cast<int64_t>(seq.size());
+    // Python floor division and modulo (slices may be negative: then nothing is yielded).
+    int64_t per = len / slices, extra = len % slices;
+    if (extra != 0 && ((extra < 0) != (slices < 0))) {
+      per -= 1;
+      extra += slices;
+    }
+    int64_t start = offset + number * per;
+    if (number < extra) ++offset;
+    int64_t end = offset + (number + 1) * per;
+    List tmp;
+    for (int64_t i = std::max<int64_t>(start, 0); i < std::min(end, len); ++i) tmp.push_back(seq[static_cast<size_t>(i)]);
+    if (!fill.is_none() && number >= extra) tmp.push_back(fill);
+    ++number;
+    ip->budget.charge(1 + tmp.size());
+    out = Value::list(std::move(tmp));
+    return true;
+  });
+}
+
+// |truncate(length=255, killwords=False, end='...', leeway=5): jinja2 measures and returns the
+// value itself (not its str) when it is short enough.
+Value f_truncate(Interp& in, const Value& v, Args& a) {
+  Params p("truncate", a, {"length", "killwords", "end", "leeway"});
+  int64_t length = p.get(0) ? as_int(*p.get(0), "length") : 255;
+  bool killwords = as_bool(p.get(1), false);
+  Value end = p.get_or(2, str("..."));
+  int64_t leeway = p.get(3) && !p.get(3)->is_none() ? as_int(*p.get(3), "leeway") : 5;
+  auto end_len = static_cast<int64_t>(py_len(end));
+  if (length < end_len) efail("expected length >= {}, got {}", end_len, length);
+  if (leeway < 0) efail("expected leeway >= 0, got {}", leeway);
+  if (static_cast<int64_t>(py_len(v)) <= length + leeway) return v;
+  if (!v.is_str()) {
+    if (killwords) efail("can only concatenate {} (not \"{}\") to {}", type_name(v), type_name(end), type_name(v));
+    efail("'{}' object has no attribute 'rsplit'", type_name(v));
+  }
+  std::u32string u = text::decode(v.s());
+  std::u32string head = u.substr(0, static_cast<size_t>(length - end_len));
+  if (!killwords) {
+    size_t sp = head.rfind(U' ');
+    if (sp != std::u32string::npos) head.resize(sp);
+  }
+  return binop(in.budget, BinOp::Add, keep(v, text::encode(head)), end);
+}
+
+// |unique: a generator of the first item of each key (jinja2's sync_do_unique).
 Value f_unique(Interp& in, const Value& v, Args& a) {
   Params p("unique", a, {"case_sensitive", "attribute"});
   bool cs = as_bool(p.get(0), false);
   std::vector<Value> parts = p.get(1) ? attribute_parts(*p.get(1)) : std::vector<Value>{};
-  List out, seen;
-  for (const Value& x : iterate(in.budget, v)) {
-    Value k = get_path(in, x, parts, nullptr);
-    if (!cs) k = ignore_case(k);
-    check_hashable(k);
-    bool dup = false;
-    for (const Value& s : seen) {
-      in.budget.charge(1);
-      if (py_eq(s, k)) {
-        dup = true;
-        break;
+  Interp* ip = &in;
+  std::optional<Cursor> cur;
+  List seen;
+  return make_iter("generator", v.holds_ref(), [=](Value& out) mutable {
+    if (!cur) cur.emplace(v);
+    Value x;
+    while (cur->next(x)) {
+      Value k = get_path(*ip, x, parts, nullptr);
+      if (!cs) k = ignore_case(k);
+      check_hashable(k);
+      bool dup = false;
+      for (const Value& s : seen) {
+        ip->budget.charge(1);
+        if (py_eq(s, k)) {
+          dup = true;
+          break;
+        }
+      }
+      if (!dup) {
+        seen.push_back(k);
+        out = x;
+        return true;
       }
     }
-    if (!dup) {
-      seen.push_back(k);
-      out.push_back(x);
-    }
-  }
-  return Value::list(std::move(out), Value::kGenerator);
+    return false;
+  });
 }
 
 Value f_wordcount(Interp&, const Value& v, Args& a) {
@@ -778,7 +943,7 @@ Value f_wordcount(Interp&, const Value& v, Args& a) {
 
 const std::unordered_map<std::string_view, FilterFn>& filters() {
   static const std::unordered_map<std::string_view, FilterFn> table = {
-      {"abs", f_abs}, {"attr", f_attr}, {"capitalize", f_capitalize}, {"center", f_center},
+      {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"slice", f_slice}, {"truncate", f_truncate}, {"capitalize", f_capitalize}, {"center", f_center},
       {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort},
       {"e", f_escape}, {"escape", f_escape}, {"first", f_first}, {"float", f_float},
       {"forceescape", f_forceescape}, {"format", f_format}, {"indent", f_indent}, {"int", f_int},
@@ -794,8 +959,8 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
 
 // jinja2 filters this engine does not implement: known names, so they fail only when used.
 constexpr std::string_view kUnsupportedFilters[] = {
-    "batch", "filesizeformat", "groupby", "pprint", "random", "slice", "striptags",
-    "truncate", "urlencode", "urlize", "wordwrap", "xmlattr"};
+    "filesizeformat", "groupby", "pprint", "random", "striptags", "urlencode", "urlize", "wordwrap",
+    "xmlattr"};
 
 // ---- tests -----------------------------------------------------------------------------------
 
@@ -834,7 +999,7 @@ bool t_sequence(Interp&, const Value& v, Args& a) {
 }
 bool t_iterable(Interp&, const Value& v, Args& a) {
   no_args("iterable", a);
-  return v.is_str() || v.is_dict() || v.is_list() || v.is_undefined() || v.is(Type::Loop);
+  return v.is_str() || v.is_dict() || v.is_list() || v.is_undefined() || v.is(Type::Loop) || v.is(Type::Iter);
 }
 bool t_callable(Interp&, const Value& v, Args& a) {
   no_args("callable", a);
@@ -918,15 +1083,31 @@ bool is_filter_name(std::string_view name) {
 
 bool is_test_name(std::string_view name) { return tests().count(name) != 0; }
 
+namespace {
+// A filter or test is at most linear in its subject (str: bytes, containers: items); charging
+// that up front keeps every step bounded.
+uint64_t scan_cost(const Value& v) {
+  if (v.is_str()) return v.s().size() / 16;
+  if (v.is_list()) return v.items().size() / 8;
+  if (v.is_dict()) return v.dict().items.size() / 8;
+  return 0;
+}
+}  // namespace
+
 Value apply_filter(Interp& in, std::string_view name, const Value& v, Args& args) {
+  in.budget.charge(1 + scan_cost(v));
   auto it = filters().find(name);
-  if (it == filters().end()) efail("the '{}' filter is not supported by this engine", name);
+  if (it == filters().end()) {
+    if (!is_filter_name(name)) efail("No filter named '{}' found.", name);
+    efail("the '{}' filter is not supported by this engine", name);
+  }
   return it->second(in, v, args);
 }
 
 bool apply_test(Interp& in, std::string_view name, const Value& v, Args& args) {
+  in.budget.charge(1 + scan_cost(v));
   auto it = tests().find(name);
-  if (it == tests().end()) efail("No test named '{}'.", name);
+  if (it == tests().end()) efail("No test named '{}' found.", name);
   return it->second(in, v, args);
 }
 

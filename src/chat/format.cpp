@@ -108,7 +108,8 @@ std::string percent_format(Budget& budget, const Value& fmtv, const Value& args)
   const std::string& f = fmtv.s();
   bool markup = fmtv.markup();
   const List* tuple = args.tuple() ? &args.items() : nullptr;
-  const Value* mapping = (args.is_dict() || (args.is_list() && !args.tuple())) ? &args : nullptr;
+  // PyMapping_Check: anything with __getitem__ but a tuple or str (dict, list, Undefined).
+  const Value* mapping = (args.is_dict() || (args.is_list() && !args.tuple()) || args.is_undefined()) ? &args : nullptr;
   size_t next = 0;
   bool used_single = false;
   auto take = [&]() -> Value {
@@ -135,6 +136,7 @@ std::string percent_format(Budget& budget, const Value& fmtv, const Value& args)
     const Value* keyed = nullptr;
     Value keyed_val;
     if (f[i] == '(') {
+      if (args.is_undefined()) undefined_fail(args);
       if (!args.is_dict()) efail("format requires a mapping");
       int level = 1;
       size_t start = ++i;

@@ -46,6 +46,7 @@ void Scope::set(std::string_view name, Value v) {
 Interp::Interp(const Program& prog, const Limits& limits) : prog_(prog) { budget.limits = limits; }
 
 std::string Interp::render(const ScopePtr& scope) {
+  BudgetScope ambient(budget);
   std::string out;
   out_ = &out;
   exec_body(prog_.body, scope);
@@ -467,7 +468,7 @@ Value Interp::getitem(const Value& obj, const Value& key) {
   switch (obj.type()) {
     case Type::Undefined: undefined_fail(obj);
     case Type::Dict: {
-      bool hashable = !(key.is_dict() || (key.is_list() && !key.tuple() && !key.generator()));
+      bool hashable = !(key.is_dict() || (key.is_list() && !key.tuple()));
       if (hashable) {
         try {
           if (const Value* v = obj.dict().find(key)) return *v;
@@ -507,15 +508,12 @@ Value Interp::eval_slice(const Value& obj, const Node& sl, const ScopePtr& scope
   Value parts[3];
   const NodePtr* nodes[3] = {&sl.a, &sl.b, &sl.c};
   for (int k = 0; k < 3; ++k) parts[k] = *nodes[k] ? eval(**nodes[k], scope) : Value::none();
+  // jinja2 compiles slices to a plain Python obj[a:b:c], bypassing the sandbox's getitem.
   if (obj.is_undefined()) undefined_fail(obj);
-  bool sliceable = obj.is_str() || obj.sequence();
-  bool ints = true;
-  for (const Value& p : parts) ints = ints && (p.is_none() || p.is_int());
-  if (!sliceable || !ints) {
-    if (sliceable) efail("slice indices must be integers or None or have an __index__ method");
-    return Value::undefined(fmt::format("{} has no element slice({}, {}, {})", object_type_repr(obj),
-                                        py_repr(parts[0]), py_repr(parts[1]), py_repr(parts[2])));
-  }
+  if (obj.is_dict()) efail("unhashable type: 'slice'");
+  if (!obj.is_str() && !obj.sequence()) efail("'{}' object is not subscriptable", type_name(obj));
+  for (const Value& p : parts)
+    if (!p.is_none() && !p.is_int()) efail("slice indices must be integers or None or have an __index__ method");
   int64_t step = parts[2].is_none() ? 1 : parts[2].i();
   if (step == 0) efail("slice step cannot be zero");
   std::u32string u;

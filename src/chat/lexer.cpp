@@ -161,12 +161,17 @@ class Lexer {
       emit_data(pos, std::move(text));
       return end;
     }
+    // jinja2's failure rule needs one more character: a raw tag ending the input is accepted.
+    if (pos >= s_.size()) return s_.size();
     fail(pos, "Missing end of raw directive");
   }
 
   size_t skip_comment(size_t tag, size_t body) {
     size_t k = s_.find("#}", body);
-    if (k == std::string::npos) fail(tag, "Missing end of comment tag");
+    if (k == std::string::npos) {
+      if (body >= s_.size()) return s_.size();  // "{#" ending the input is accepted, as in jinja2
+      fail(tag, "Missing end of comment tag");
+    }
     if (k > body && s_[k - 1] == '+') return k + 2;
     if (k > body && s_[k - 1] == '-') return skip_space(k + 2);
     return k + 2 + (at(k + 2, "\n") ? 1 : 0);
@@ -194,11 +199,17 @@ class Lexer {
       }
       if (pos >= s_.size()) return std::string::npos;
       unsigned char c = static_cast<unsigned char>(s_[pos]);
+      size_t after = pos;
+      char32_t cp = text::next_cp(s_, after);
       if (c >= '0' && c <= '9') {
         pos = lex_number(pos);
-      } else if (text::is_ident_start(c)) {
-        size_t j = pos;
-        while (j < s_.size() && text::is_ident_char(static_cast<unsigned char>(s_[j]))) ++j;
+      } else if (text::is_ident_start(cp)) {
+        size_t j = after;
+        while (j < s_.size()) {
+          size_t k = j;
+          if (!text::is_ident_char(text::next_cp(s_, k))) break;
+          j = k;
+        }
         out_.push_back({Tok::Name, static_cast<uint32_t>(pos), s_.substr(pos, j - pos)});
         pos = j;
       } else if (c == '\'' || c == '"') {

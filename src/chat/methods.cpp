@@ -483,6 +483,9 @@ MethodKind method_kind(const Value& v, std::string_view name) {
 }
 
 Value call_method(Interp& in, const Value& self, std::string_view name, Args& args) {
+  // Every method is at most linear in its object (and arguments, charged where they matter).
+  if (self.is_str()) in.budget.charge(1 + self.s().size() / 16);
+  if (self.is_list()) in.budget.charge(1 + self.items().size() / 8);
   switch (self.type()) {
     case Type::Str: return call_str_method(in, self, name, args);
     case Type::List: return call_seq_method(in, self, name, args);

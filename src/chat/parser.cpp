@@ -22,7 +22,55 @@ class Parser {
 
   Body parse() {
     Body body = subparse({});
+    for (const auto& n : body) check_names(*n, false);
     return body;
+  }
+
+  // jinja2 rejects unknown filters and tests when compiling, except inside if statements and
+  // inline if-expressions ("soft" frames), where the check happens when they run. Loop, macro,
+  // with, set-block and filter-block bodies are new frames and are strict again.
+  void check_names(const Node& n, bool soft) {
+    if (!soft && n.kind == NK::Filter && !is_filter_name(n.str))
+      fail_at(n.pos, fmt::format("No filter named '{}'.", n.str));
+    if (!soft && n.kind == NK::Test && !is_test_name(n.str))
+      fail_at(n.pos, fmt::format("No test named '{}'.", n.str));
+    auto walk = [&](const NodePtr& c, bool s) {
+      if (c) check_names(*c, s);
+    };
+    auto walk_body = [&](const Body& b, bool s) {
+      for (const auto& c : b) check_names(*c, s);
+    };
+    switch (n.kind) {
+      case NK::If:
+        for (const auto& c : n.list) walk(c, true);
+        for (const auto& b : n.bodies) walk_body(b, true);
+        return;
+      case NK::CondExpr: walk(n.a, true); walk(n.b, true); walk(n.c, true); return;
+      case NK::For:
+        walk(n.b, soft);
+        walk(n.c, false);
+        for (const auto& b : n.bodies) walk_body(b, false);
+        return;
+      case NK::Macro:
+        for (const auto& c : n.list) walk(c, false);
+        walk_body(n.bodies[0], false);
+        return;
+      case NK::SetBlock: case NK::FilterBlock:
+        walk(n.b, false);
+        walk_body(n.bodies[0], false);
+        return;
+      case NK::With:
+        for (const auto& c : n.list2) walk(c, soft);
+        walk_body(n.bodies[0], false);
+        return;
+      default:
+        walk(n.a, soft);
+        walk(n.b, soft);
+        walk(n.c, soft);
+        for (const auto& c : n.list) walk(c, soft);
+        for (const auto& c : n.list2) walk(c, soft);
+        for (const auto& b : n.bodies) walk_body(b, soft);
+    }
   }
 
  private:
@@ -766,7 +814,6 @@ class Parser {
         next();
         n->str += "." + expect_name().text;
       }
-      if (!is_filter_name(n->str)) fail_at(name.pos, fmt::format("No filter named '{}'.", n->str));
       if (is_op(cur(), "(")) parse_call_args(*n);
       n->a = std::move(node);
       node = finish(std::move(n));
@@ -785,7 +832,6 @@ class Parser {
       next();
       n->str += "." + expect_name().text;
     }
-    if (!is_test_name(n->str)) fail_at(name.pos, fmt::format("No test named '{}'.", n->str));
     const Token& t = cur();
     if (is_op(t, "(")) {
       parse_call_args(*n);

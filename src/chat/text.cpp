@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include "chat/value.h"  // charge_ambient: decoding is charged to the running render
+
 namespace dq::chat::text {
 
 char32_t next_cp(std::string_view s, size_t& i) {
@@ -55,6 +57,7 @@ void append_cp(std::string& out, char32_t c) {
 }
 
 std::u32string decode(std::string_view s) {
+  charge_ambient(1 + s.size() / 4);
   std::u32string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) out += next_cp(s, i);
@@ -76,12 +79,14 @@ bool is_ascii(std::string_view s) {
 
 size_t cp_count(std::string_view s) {
   if (is_ascii(s)) return s.size();
+  charge_ambient(1 + s.size() / 16);
   size_t n = 0;
   for (size_t i = 0; i < s.size(); ++n) next_cp(s, i);
   return n;
 }
 
 size_t byte_offset(std::string_view s, size_t cp) {
+  charge_ambient(1 + cp / 16);
   size_t i = 0;
   for (size_t k = 0; k < cp && i < s.size(); ++k) next_cp(s, i);
   return i;
@@ -155,10 +160,18 @@ bool is_linebreak(char32_t c) {
   return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
          c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
 }
-bool is_ident_start(unsigned char c) {
-  return c == '_' || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c >= 0x80;
+bool is_ident_start(char32_t c) {
+  if (c < 0x80) return c == '_' || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+  auto k = cat(c);
+  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || k == UTF8PROC_CATEGORY_NL;
 }
-bool is_ident_char(unsigned char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
+bool is_ident_char(char32_t c) {
+  if (c < 0x80) return is_ident_start(c) || (c >= '0' && c <= '9');
+  auto k = cat(c);
+  return is_ident_start(c) || k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC ||
+         k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_PC || c == 0xB7 || c == 0x387 ||
+         (c >= 0x1369 && c <= 0x1371) || c == 0x19DA;  // Other_ID_Continue
+}
 
 namespace {
 char32_t to_upper(char32_t c) {
@@ -193,6 +206,7 @@ void append_title(std::string& out, char32_t c) {
 }  // namespace
 
 std::string upper(std::string_view s) {
+  charge_ambient(1 + s.size() / 8);
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) append_upper(out, next_cp(s, i));
@@ -200,6 +214,7 @@ std::string upper(std::string_view s) {
 }
 
 std::string lower(std::string_view s) {
+  charge_ambient(1 + s.size() / 8);
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) append_cp(out, to_lower(next_cp(s, i)));
@@ -207,6 +222,7 @@ std::string lower(std::string_view s) {
 }
 
 std::string title(std::string_view s) {
+  charge_ambient(1 + s.size() / 8);
   std::string out;
   out.reserve(s.size());
   bool prev_cased = false;
@@ -222,6 +238,7 @@ std::string title(std::string_view s) {
 }
 
 std::string capitalize(std::string_view s) {
+  charge_ambient(1 + s.size() / 8);
   std::string out;
   out.reserve(s.size());
   bool first = true;
@@ -237,6 +254,7 @@ std::string capitalize(std::string_view s) {
 }
 
 std::string swapcase(std::string_view s) {
+  charge_ambient(1 + s.size() / 8);
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {

@@ -32,8 +32,8 @@ bool is_cased(char32_t c);
 bool is_upper_cp(char32_t c);
 bool is_lower_cp(char32_t c);
 bool is_linebreak(char32_t c);  // str.splitlines boundaries
-bool is_ident_start(unsigned char c);
-bool is_ident_char(unsigned char c);
+bool is_ident_start(char32_t c);  // Python identifiers (XID_Start / XID_Continue, approximately)
+bool is_ident_char(char32_t c);
 
 // Python str methods (simple case mappings; see README for the exotic differences).
 std::string upper(std::string_view s);

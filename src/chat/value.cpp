@@ -97,6 +97,62 @@ Value Value::callable(std::shared_ptr<const CallableData> c) {
   return v;
 }
 
+Value Value::iter(std::shared_ptr<IterData> it) {
+  Value v;
+  v.type_ = Type::Iter;
+  v.p_ = std::move(it);
+  return v;
+}
+
+bool IterData::next(Value& out) {
+  if (exhausted) return false;
+  try {
+    if (next_fn(out)) return true;
+  } catch (...) {
+    exhausted = true;  // a Python generator that raised is finished
+    next_fn = nullptr;
+    throw;
+  }
+  exhausted = true;
+  next_fn = nullptr;  // drop what the generator captured
+  return false;
+}
+
+Cursor::Cursor(Value v) : v_(std::move(v)) {
+  switch (v_.type()) {
+    case Type::List: case Type::Dict: case Type::Str: case Type::Undefined: case Type::Iter: case Type::Loop: break;
+    default: efail("'{}' object is not iterable", type_name(v_));
+  }
+}
+
+bool Cursor::next(Value& out) {
+  switch (v_.type()) {
+    case Type::List:
+      if (i_ >= v_.items().size()) return false;
+      out = v_.items()[i_++];
+      return true;
+    case Type::Loop:
+      if (i_ >= v_.loop().seq.items().size()) return false;
+      out = v_.loop().seq.items()[i_++];
+      return true;
+    case Type::Dict:
+      if (i_ >= v_.dict().items.size()) return false;
+      out = v_.dict().items[i_++].first;
+      return true;
+    case Type::Str: {
+      const std::string& s = v_.s();
+      if (i_ >= s.size()) return false;
+      size_t j = i_;
+      text::next_cp(s, j);
+      out = Value::string(s.substr(i_, j - i_));
+      i_ = j;
+      return true;
+    }
+    case Type::Iter: return v_.iter().next(out);
+    default: return false;
+  }
+}
+
 const std::string& Value::s() const {
   if (!p_) return kEmpty;
   return *static_cast<const std::string*>(p_.get());
@@ -110,6 +166,9 @@ LoopData& Value::loop() const {
   return *const_cast<LoopData*>(static_cast<const LoopData*>(p_.get()));
 }
 const CallableData& Value::fn() const { return *static_cast<const CallableData*>(p_.get()); }
+IterData& Value::iter() const {
+  return *const_cast<IterData*>(static_cast<const IterData*>(p_.get()));
+}
 
 uint32_t Value::depth() const {
   if (type_ == Type::List) return static_cast<const ListData*>(p_.get())->depth;
@@ -123,6 +182,7 @@ bool Value::holds_ref() const {
     case Type::List: return static_cast<const ListData*>(p_.get())->refs;
     case Type::Dict: return dict().refs;
     case Type::Callable: return fn().self.holds_ref();
+    case Type::Iter: return iter().refs;
     default: return false;
   }
 }
@@ -130,7 +190,7 @@ bool Value::holds_ref() const {
 // ---- dict / namespace ------------------------------------------------------------------------
 
 void check_hashable(const Value& key) {
-  if (key.is_list() && !key.tuple() && !key.generator()) efail("unhashable type: 'list'");
+  if (key.is_list() && !key.tuple()) efail("unhashable type: '{}'", type_name(key));
   if (key.is_dict()) efail("unhashable type: 'dict'");
   if (key.tuple())
     for (const Value& x : key.items()) check_hashable(x);
@@ -149,6 +209,7 @@ const Value* DictData::find(std::string_view key) const {
 const Value* DictData::find(const Value& key) const {
   if (key.is_str()) return find(std::string_view(key.s()));
   check_hashable(key);
+  charge_ambient(1 + items.size());
   for (const auto& [k, v] : items)
     if (!k.is_str() && py_eq(k, key)) return &v;
   return nullptr;
@@ -212,6 +273,21 @@ void NamespaceData::set(std::string_view name, Value v) {
 
 // ---- budget ----------------------------------------------------------------------------------
 
+namespace {
+thread_local Budget* tl_budget = nullptr;
+}
+
+BudgetScope::BudgetScope(Budget& b) : saved_(tl_budget) { tl_budget = &b; }
+BudgetScope::~BudgetScope() { tl_budget = saved_; }
+
+void charge_ambient(uint64_t n) {
+  if (tl_budget) tl_budget->charge(n);
+}
+
+void check_ambient_size(size_t bytes) {
+  if (tl_budget && bytes > tl_budget->limits.max_output_bytes) tl_budget->over_size(bytes);
+}
+
 void Budget::charge_items(size_t n) {
   // A Value is 32 bytes; lists are capped at an eighth of the output limit in items.
   if (n > limits.max_output_bytes / 8) efail("a list of {} items is too large", n);
@@ -236,7 +312,7 @@ bool truthy(const Value& v) {
     case Type::Bool: case Type::Int: return v.i() != 0;
     case Type::Float: return v.f() != 0.0;
     case Type::Str: return !v.s().empty();
-    case Type::List: return v.generator() || !v.items().empty();
+    case Type::List: return !v.items().empty();
     case Type::Dict: return !v.dict().items.empty();
     case Type::Loop: return v.loop().length() != 0;
     default: return true;
@@ -298,12 +374,16 @@ bool py_eq(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case Type::Undefined: case Type::None: return true;
-    case Type::Str: return a.s() == b.s();
+    case Type::Str:
+      if (a.s().size() != b.s().size()) return false;
+      charge_ambient(1 + a.s().size() / 64);
+      return a.s() == b.s();
     case Type::List: {
       if (a.identity() == b.identity()) return true;
-      if (a.flags() != b.flags() || a.generator() || (a.flags() & Value::kValuesView)) return false;
+      if (a.flags() != b.flags() || (a.flags() & Value::kValuesView)) return false;
       const List &x = a.items(), &y = b.items();
       if (x.size() != y.size()) return false;
+      charge_ambient(1 + x.size());
       for (size_t i = 0; i < x.size(); ++i)
         if (!py_eq(x[i], y[i])) return false;
       return true;
@@ -312,6 +392,7 @@ bool py_eq(const Value& a, const Value& b) {
       if (a.identity() == b.identity()) return true;
       const DictData &x = a.dict(), &y = b.dict();
       if (x.items.size() != y.items.size()) return false;
+      charge_ambient(1 + x.items.size());
       for (const auto& [k, v] : x.items) {
         const Value* w = y.find(k);
         if (!w || !py_eq(v, *w)) return false;
@@ -337,10 +418,14 @@ bool compare(CmpOp op, const Value& a, const Value& b) {
     auto c = cmp_num(a, b);
     return c && apply_cmp(op, *c);
   }
-  if (a.is_str() && b.is_str()) return apply_cmp(op, a.s().compare(b.s()));
+  if (a.is_str() && b.is_str()) {
+    charge_ambient(1 + std::min(a.s().size(), b.s().size()) / 64);
+    return apply_cmp(op, a.s().compare(b.s()));
+  }
   if (a.sequence() && b.sequence() && a.tuple() == b.tuple()) {
     const List &x = a.items(), &y = b.items();
     size_t n = std::min(x.size(), y.size());
+    charge_ambient(1 + n);
     for (size_t i = 0; i < n; ++i)
       if (!py_eq(x[i], y[i])) return compare(op, x[i], y[i]);
     return apply_cmp(op, x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0);
@@ -365,10 +450,11 @@ std::string type_name(const Value& v) {
       if (v.flags() & Value::kItemsView) return "dict_items";
       if (v.flags() & Value::kKeysView) return "dict_keys";
       if (v.flags() & Value::kValuesView) return "dict_values";
-      return v.generator() ? "generator" : v.tuple() ? "tuple" : "list";
+      return v.tuple() ? "tuple" : "list";
     case Type::Dict: return "dict";
     case Type::Namespace: return "Namespace";
     case Type::Loop: return "LoopContext";
+    case Type::Iter: return v.iter().kind;
     case Type::Callable:
       switch (v.fn().kind) {
         case CallableData::Kind::Macro: return "Macro";
@@ -462,10 +548,6 @@ void py_repr(std::string& out, const Value& v) {
       }
       return;
     case Type::List: {
-      if (v.generator()) {
-        out += "<generator object>";
-        return;
-      }
       if (v.view()) {  // dict_items([...])
         out += type_name(v) + "(";
         py_repr(out, Value::list(v.items()));
@@ -477,6 +559,7 @@ void py_repr(std::string& out, const Value& v) {
       for (size_t i = 0; i < xs.size(); ++i) {
         if (i) out += ", ";
         py_repr(out, xs[i]);
+        check_ambient_size(out.size());
       }
       if (v.tuple() && xs.size() == 1) out += ',';
       out += v.tuple() ? ')' : ']';
@@ -491,11 +574,13 @@ void py_repr(std::string& out, const Value& v) {
         py_repr(out, k);
         out += ": ";
         py_repr(out, x);
+        check_ambient_size(out.size());
       }
       out += '}';
       return;
     }
     case Type::Undefined: out += "Undefined"; return;
+    case Type::Iter: out += "<" + v.iter().kind + " object>"; return;
     default: out += py_str(v); return;
   }
 }
@@ -618,6 +703,8 @@ Value int_pow(int64_t base, int64_t exp) {
 }  // namespace
 
 Value binop(Budget& budget, BinOp op, const Value& a, const Value& b) {
+  // str.__mod__ accepts any right operand (an Undefined is a mapping that is never read).
+  if (op == BinOp::Mod && a.is_str()) return Value::string(percent_format(budget, a, b), a.markup());
   if (a.is_undefined()) undefined_fail(a);
   if (b.is_undefined()) undefined_fail(b);
   const char* sym = bin_symbol(op);
@@ -693,7 +780,6 @@ Value binop(Budget& budget, BinOp op, const Value& a, const Value& b) {
     if ((a.is_str() || a.is_list()) && b.is_number())
       efail("can't multiply sequence by non-int of type '{}'", type_name(b));
   }
-  if (op == BinOp::Mod && a.is_str()) return Value::string(percent_format(budget, a, b), a.markup());
   bad_operands(sym, a, b);
 }
 
@@ -719,8 +805,10 @@ bool contains(const Value& c, const Value& needle) {
     case Type::Str:
       if (!needle.is_str())
         efail("'in <string>' requires string as left operand, not {}", type_name(needle));
+      charge_ambient(1 + c.s().size() / 64);
       return c.s().find(needle.s()) != std::string::npos;
     case Type::List:
+      charge_ambient(1 + c.items().size());
       for (const Value& x : c.items())
         if (py_eq(x, needle)) return true;
       return false;
@@ -730,6 +818,14 @@ bool contains(const Value& c, const Value& needle) {
       for (const Value& x : c.loop().seq.items())
         if (py_eq(x, needle)) return true;
       return false;
+    case Type::Iter: {  // consumes up to the match, as Python does
+      Value x;
+      while (c.iter().next(x)) {
+        charge_ambient(1);
+        if (py_eq(x, needle)) return true;
+      }
+      return false;
+    }
     default: efail("argument of type '{}' is not iterable", type_name(c));
   }
 }
@@ -760,6 +856,16 @@ List iterate(Budget& budget, const Value& v) {
     }
     case Type::Undefined: return {};
     case Type::Loop: return v.loop().seq.items();
+    case Type::Iter: {
+      List out;
+      Value x;
+      while (v.iter().next(x)) {
+        out.push_back(std::move(x));
+        budget.charge(1);
+        if (out.size() > budget.limits.max_output_bytes / 8) budget.charge_items(out.size());
+      }
+      return out;
+    }
     default: efail("'{}' object is not iterable", type_name(v));
   }
 }
@@ -767,9 +873,7 @@ List iterate(Budget& budget, const Value& v) {
 size_t py_len(const Value& v) {
   switch (v.type()) {
     case Type::Str: return text::cp_count(v.s());
-    case Type::List:
-      if (v.generator()) break;
-      return v.items().size();
+    case Type::List: return v.items().size();
     case Type::Dict: return v.dict().items.size();
     case Type::Undefined: return 0;
     case Type::Loop: return v.loop().length();

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,7 +33,8 @@ template <class... A>
 // Containers nested deeper than this are refused (JSON input or built by a template).
 constexpr uint32_t kMaxValueDepth = 256;
 
-enum class Type : uint8_t { Undefined, None, Bool, Int, Float, Str, List, Dict, Namespace, Callable, Loop };
+// Iter: a lazy Python iterator (what |map, |select, |unique, |items, |reverse return).
+enum class Type : uint8_t { Undefined, None, Bool, Int, Float, Str, List, Dict, Namespace, Callable, Loop, Iter };
 
 class Value;
 using List = std::vector<Value>;
@@ -41,13 +43,14 @@ struct DictData;
 struct NamespaceData;
 struct LoopData;
 struct CallableData;
+struct IterData;
 
 class Value {
  public:
-  // Str: kMarkup (a markupsafe.Markup). List: kTuple or kGenerator (a lazy iterator in Python:
-  // always truthy, no len). Undefined: kUnsafe (a sandbox SecurityError when used).
+  // Str: kMarkup (a markupsafe.Markup). List: kTuple or a dict view. Undefined: kUnsafe (a
+  // sandbox SecurityError when used).
   enum Flag : uint8_t {
-    kMarkup = 1, kTuple = 1, kGenerator = 2, kUnsafe = 1,
+    kMarkup = 1, kTuple = 1, kUnsafe = 1,
     kItemsView = 4, kKeysView = 8, kValuesView = 16,  // dict.items() / keys() / values()
   };
 
@@ -64,6 +67,7 @@ class Value {
   static Value ns(std::shared_ptr<NamespaceData> n);
   static Value loop(std::shared_ptr<LoopData> l);
   static Value callable(std::shared_ptr<const CallableData> c);
+  static Value iter(std::shared_ptr<IterData> it);
 
   Type type() const { return type_; }
   bool is(Type t) const { return type_ == t; }
@@ -84,7 +88,6 @@ class Value {
   bool unsafe() const { return type_ == Type::Undefined && (flags_ & kUnsafe); }
   const List& items() const;
   bool tuple() const { return type_ == Type::List && (flags_ & kTuple); }
-  bool generator() const { return type_ == Type::List && (flags_ & kGenerator); }
   bool view() const { return type_ == Type::List && (flags_ & (kItemsView | kKeysView | kValuesView)); }
   // A real list or tuple: subscriptable, sliceable, JSON-serialisable.
   bool sequence() const { return type_ == Type::List && !(flags_ & ~kTuple); }
@@ -93,6 +96,7 @@ class Value {
   NamespaceData& ns() const;
   LoopData& loop() const;
   const CallableData& fn() const;
+  IterData& iter() const;
   const void* identity() const { return p_.get(); }
 
   uint32_t depth() const;      // container nesting (0 for scalars)
@@ -152,6 +156,27 @@ struct CallableData {
   std::weak_ptr<Scope> closure; // Macro: the scope it was defined in
 };
 
+// A Python iterator: pulls items one at a time; once exhausted (or failed) it stays empty.
+struct IterData {
+  std::string kind;                     // Python's type name: "generator", "list_reverseiterator"...
+  std::function<bool(Value&)> next_fn;  // stores the next item; false at the end
+  bool exhausted = false;
+  bool refs = false;  // captures a namespace/loop object
+  bool next(Value& out);
+};
+
+// Python's iter(v): list/tuple items, dict keys, str characters, iterator items; Undefined is
+// empty. Throws "'int' object is not iterable" for everything else.
+class Cursor {
+ public:
+  explicit Cursor(Value v);
+  bool next(Value& out);
+
+ private:
+  Value v_;
+  size_t i_ = 0;
+};
+
 struct Args {
   std::vector<Value> pos;
   std::vector<std::pair<std::string, Value>> kw;
@@ -174,6 +199,20 @@ struct Budget {
   [[noreturn]] void over_steps() const;
   [[noreturn]] void over_size(size_t bytes) const;
 };
+
+// The budget of the render running on this thread, for work deep inside value operations
+// (==, <, in, repr) that has no budget parameter: comparing two big lists is charged per
+// element, so no single step can hide unbounded work.
+class BudgetScope {
+ public:
+  explicit BudgetScope(Budget& b);
+  ~BudgetScope();
+
+ private:
+  Budget* saved_;
+};
+void charge_ambient(uint64_t n);     // no-op outside a render
+void check_ambient_size(size_t bytes);  // a string being built has grown to `bytes`
 
 // ---- Python semantics ------------------------------------------------------------------------
 bool truthy(const Value& v);

@@ -167,10 +167,26 @@ TEST(ChatTemplateLimits, HugeLoopsStopAtTheStepLimit) {
   lim.max_steps = 2'000'000;
   expect_error([&] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", Json::object(), lim); },
                TemplateError::Kind::Limit, "step limit", 20);
-  // With the default limits too (50M steps).
-  expect_error([] { render("{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}"); },
-               TemplateError::Kind::Limit, "step limit", 120);
+  // With the default limits too (50M steps; here about 1000 per iteration).
+  expect_error([] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% set y = 'x' * 4000 %}{% endfor %}{% endfor %}"); },
+               TemplateError::Kind::Limit, "step limit", 60);
   expect_error([] { render("{{ range(1000000) | list }}"); }, TemplateError::Kind::Runtime, "Range too big");
+}
+
+// One step may not hide unbounded work: scans of big strings and lists are charged by size.
+TEST(ChatTemplateLimits, WorkOnBigValuesIsCharged) {
+  const char* loops[] = {
+      "{% set l = range(100000) | list %}{% for i in range(100000) %}{% if -1 in l %}{% endif %}{% endfor %}",
+      "{% set a = range(100000) | list %}{% set b = range(100000) | list %}"
+      "{% for i in range(100000) %}{% if [a] * 50 == [b] * 50 %}{% endif %}{% endfor %}",
+      "{% set s = '\u00e9' * 1000000 %}{% for i in range(100000) %}{% set c = s[500000] ~ s[-5:] %}{% endfor %}",
+      "{% set s = 'x' * 4000000 %}{% for i in range(100000) %}{% if s == s ~ '' %}{% endif %}{% endfor %}",
+      "{% set s = '\u00e9 ' * 500000 %}{% for i in range(100000) %}{% set c = s | title | wordcount %}{% endfor %}",
+      "{% set s = 'x' * 4000000 %}{% for i in range(100000) %}{{ s.strip() | length }}{% endfor %}",
+  };
+  for (const char* t : loops) expect_error([&] { render(t); }, TemplateError::Kind::Limit, "step limit", 20);
+  expect_error([] { render("{% set l = range(100000) | list %}{{ [l] * 40 }}"); }, TemplateError::Kind::Limit,
+               "exceeds the limit");
 }
 
 TEST(ChatTemplateLimits, RecursionStopsAtTheMacroLimit) {
