@@ -26,6 +26,10 @@ Value call_method(Interp& in, const Value& self, std::string_view name, Args& ar
 bool is_global_function(std::string_view name);
 Value call_global(Interp& in, std::string_view name, Args& args);
 
+// A filter or test is at most linear in its subject (str: bytes/16, containers: items/8);
+// charging that up front keeps every step bounded.
+uint64_t scan_cost(const Value& v);
+
 // Binds call arguments to named parameters, Python style.
 class Params {
  public:
@@ -40,5 +44,8 @@ class Params {
   };
   std::vector<Slot> slots_;
 };
+
+inline void no_args(std::string_view fn, Args& args) { Params p(fn, args, {}); }
+inline bool as_bool(const Value* v, bool def) { return v ? truthy(*v) : def; }
 
 }  // namespace dq::chat
