@@ -59,98 +59,96 @@ __global__ void append_kernel(AttnArgs a) {
   }
 }
 
-// Positions are processed in chunks of kChunk rows of K (then of V) staged through shared
-// memory with wide coalesced loads, so no thread waits on one global load at a time.
-constexpr int kChunk = 32;
+// Scores: blocks over (token x head, chunk of kPos positions); each warp takes kPos / 8
+// positions, one canonical dot each (lane = dim mod 32, then the butterfly). Blocks past the
+// current length exit at once, so the grid can be sized for the whole context (graph replay).
+constexpr int kPos = 64;
 
-__global__ void __launch_bounds__(256) attention_kernel(AttnArgs a) {
+__global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
   extern __shared__ float smem[];
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd, half = a.rot / 2;
   const int p = *a.pos + t;
-  if (p < 0 || p >= a.max_ctx) return;  // reported by the append kernel
+  const int tau0 = blockIdx.y * kPos;
+  if (p < 0 || p >= a.max_ctx || tau0 > p) return;  // out of range: reported by the append kernel
   const int L = p + 1, j = h / (a.h / a.hkv);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  float* q = smem;               // [hd]
-  float* slot = smem + hd;       // [32]
-  float* rows = smem + hd + 32;  // [kChunk][hd]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* q = smem;          // [hd]
+  float* slot = smem + hd;  // [32]
   const float* qg = a.qg + (size_t(t) * a.h + h) * 2 * hd;
   norm_rope(qg, a.q_norm, hd, a.rot, a.eps, a.rope_cos + size_t(p) * half, a.rope_sin + size_t(p) * half, q, slot);
   const float scale = 1.0f / sqrtf(float(hd));
   const size_t stride = size_t(a.hkv) * hd;
   const float* kc = a.k_cache + size_t(j) * hd;
-  const float* vc = a.v_cache + size_t(j) * hd;
   float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
-  auto stage = [&](const float* src, int t0, int n) {  // rows t0..t0+n of src into `rows`
-    const int v4 = hd / 4;
-    for (int e = threadIdx.x; e < n * v4; e += blockDim.x) {
-      const int r = e / v4, c = e % v4;
-      reinterpret_cast<float4*>(rows + r * hd)[c] = reinterpret_cast<const float4*>(src + (t0 + r) * stride)[c];
-    }
-    __syncthreads();
-  };
-  for (int t0 = 0; t0 < L; t0 += kChunk) {
-    const int n = min(kChunk, L - t0);
-    stage(kc, t0, n);
-    for (int r = warp; r < n; r += nwarps) {
-      const float* kr = rows + r * hd;
-      float acc = 0.0f;
-      for (int i = lane; i < hd; i += 32) acc = fmaf(q[i], kr[i], acc);
-      acc = warp_butterfly(acc);
-      if (lane == 0) s[t0 + r] = acc * scale;
-    }
-    __syncthreads();
+  for (int k = 0; k < kPos / 8; ++k) {
+    const int tau = tau0 + warp * (kPos / 8) + k;
+    if (tau >= L) break;
+    const float* kr = kc + tau * stride;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int i = lane; i < hd; i += 32) acc = fmaf(q[i], kr[i], acc);
+    acc = warp_butterfly(acc);
+    if (lane == 0) s[tau] = acc * scale;
   }
-  // max (order does not matter; NaN never wins)
+}
+
+// Softmax and the weighted sum of V: blocks over (token x head, 64 dims). Each block takes the
+// max, makes e = exp(s - max) into shared memory and the canonical sum Z (warp 0: lane =
+// position mod 32), then thread i runs the position-ordered chain over V[., i].
+constexpr int kDims = 64;
+
+__global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a) {
+  extern __shared__ float e[];  // [L] exp(s - max), then slot
+  const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd;
+  const int p = *a.pos + t;
+  if (p < 0 || p >= a.max_ctx) return;
+  const int L = p + 1, j = h / (a.h / a.hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __shared__ float slot[4];
+  const float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
   float mx = -INFINITY;
   for (int tau = threadIdx.x; tau < L; tau += blockDim.x) mx = fmaxf(mx, s[tau]);
   for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
   if (lane == 0) slot[warp] = mx;
   __syncthreads();
-  mx = -INFINITY;
-  for (int w = 0; w < nwarps; ++w) mx = fmaxf(mx, slot[w]);
+  mx = fmaxf(slot[0], slot[1]);
+  for (int tau = threadIdx.x; tau < L; tau += blockDim.x) e[tau] = num::exp(s[tau] - mx);
   __syncthreads();
-  for (int tau = threadIdx.x; tau < L; tau += blockDim.x) s[tau] = num::exp(s[tau] - mx);
-  __syncthreads();
-  if (warp == 0) {  // canonical sum: lane = position mod 32, then the butterfly
+  if (warp == 0) {
     float z = 0.0f;
-    for (int tau = lane; tau < L; tau += 32) z = z + s[tau];
+    for (int tau = lane; tau < L; tau += 32) z = z + e[tau];
     z = warp_butterfly(z);
-    if (lane == 0) slot[0] = z;
+    if (lane == 0) slot[2] = z;
   }
   __syncthreads();
-  const float Z = slot[0];
-  float acc[2] = {0.0f, 0.0f};  // dims threadIdx.x and threadIdx.x + 256 (hd <= 512)
-  for (int t0 = 0; t0 < L; t0 += kChunk) {
-    const int n = min(kChunk, L - t0);
-    stage(vc, t0, n);
-    for (int c = 0; c < 2; ++c) {
-      const int i = threadIdx.x + 256 * c;
-      if (i < hd)
-        for (int r = 0; r < n; ++r) acc[c] = fmaf(s[t0 + r], rows[r * hd + i], acc[c]);
-    }
-    __syncthreads();
-  }
-  const float* gate = qg + hd;
-  float* out = a.out + (size_t(t) * a.h + h) * hd;
-  for (int c = 0; c < 2; ++c) {
-    const int i = threadIdx.x + 256 * c;
-    if (i < hd) out[i] = (acc[c] / Z) * num::sigmoid(gate[i]);
-  }
+  const float Z = slot[2];
+  const int i = blockIdx.y * kDims + threadIdx.x;
+  if (i >= hd) return;
+  const size_t stride = size_t(a.hkv) * hd;
+  const float* vc = a.v_cache + size_t(j) * hd + i;
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int tau = 0; tau < L; ++tau) acc = fmaf(e[tau], vc[tau * stride], acc);
+  const float* gate = a.qg + (size_t(t) * a.h + h) * 2 * hd + hd;
+  a.out[(size_t(t) * a.h + h) * hd + i] = (acc / Z) * num::sigmoid(gate[i]);
 }
 
 }  // namespace
 
 void launch_attn(const AttnArgs& a, cudaStream_t s) {
   DQ_CHECK(a.hd <= 512 && a.hd % 4 == 0, "attention head dim {} (CUDA supports multiples of 4 up to 512)", a.hd);
+  DQ_CHECK(size_t(a.max_ctx) * 4 <= 200 * 1024, "CUDA attention supports contexts up to 51200 tokens, got {}", a.max_ctx);
   const size_t smem = size_t(a.hd + 32) * 4;
   append_kernel<<<a.T * a.hkv, 256, smem, s>>>(a);
   DQ_CUDA_CHECK(cudaGetLastError());
+  scores_kernel<<<dim3(a.T * a.h, (a.max_ctx + kPos - 1) / kPos), 256, smem, s>>>(a);
+  DQ_CUDA_CHECK(cudaGetLastError());
   static bool attr_set = false;
   if (!attr_set) {
-    DQ_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  attention_kernel<<<a.T * a.h, 256, smem + size_t(kChunk) * a.hd * 4, s>>>(a);
+  softmax_v_kernel<<<dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s>>>(a);
   DQ_CUDA_CHECK(cudaGetLastError());
 }
 

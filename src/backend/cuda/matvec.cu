@@ -204,13 +204,33 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
   else
     for (int i = 0; i < a.n; ++i) pairs += (a.m[i].rows + 1) / 2;
 
+  // While the prologue runs, pull this warp's first rows into L2.
+  if (a.epi != Epilogue::SwiGLU && lane < 16) {
+    int p = blockIdx.x * kWarps + warp, i = 0;
+    if (p < pairs) {
+      while (p >= (a.m[i].rows + 1) / 2) p -= (a.m[i++].rows + 1) / 2;
+      const MatDev& m = a.m[i];
+      if (is_q4(m)) {
+        const char* base = static_cast<const char*>(m.w) + size_t(2 * p) * (m.cols / 2);
+        const size_t bytes = size_t(min(2, m.rows - 2 * p)) * (m.cols / 2);
+        for (size_t off = size_t(lane) * 128; off < bytes; off += 16 * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+      }
+    }
+  }
+  float* raw = reinterpret_cast<float*>(smem4 + 2 * U) + (K / 8 + 4);  // [K] x as given
   for (int t = 0; t < a.T; ++t) {
-    const float* x = a.x + size_t(t) * K;
+    // x -> shared memory with wide loads (all independent), then the canonical sum of squares
+    // from shared memory, then the normalised values in the split layout.
+    const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
+    for (int e = threadIdx.x; e < K / 4; e += blockDim.x) reinterpret_cast<float4*>(raw)[e] = x4[e];
+    __syncthreads();
     float r = 1.0f;
     if (a.norm) {
       if (warp == 0) {
         float ss = 0.0f;
-        for (int j = lane; j < K; j += 32) ss = fmaf(x[j], x[j], ss);
+#pragma unroll 8
+        for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
         ss = warp_butterfly(ss);
         if (lane == 0) s_r = num::rms_inv(ss, K, a.eps);
       }
@@ -218,8 +238,9 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
       r = s_r;
     }
     float* xs = reinterpret_cast<float*>(smem4);
+#pragma unroll 4
     for (int j = threadIdx.x; j < K; j += blockDim.x) {
-      float v = a.norm ? (x[j] * r) * a.norm[j] : x[j];
+      float v = a.norm ? (raw[j] * r) * a.norm[j] : raw[j];
       int u = j / 8, k = j % 8;
       xs[(k < 4 ? 4 * u : 4 * (U + u)) + (k & 3)] = v;
     }
@@ -271,6 +292,7 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
 }  // namespace
 
 void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
+  DQ_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.K % 8 == 0, "project: x must be 16-byte aligned, K % 8 == 0");
   int gs = 0;
   for (int i = 0; i < a.n; ++i)
     if (a.m[i].fmt == WFmt::Affine) {
@@ -288,7 +310,8 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   int total = 0;  // warps' work items: row pairs (SwiGLU: gate/up rows)
   for (int i = 0; i < a.n; ++i) total += (a.m[i].rows + 1) / 2;
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
-  const size_t smem = size_t(a.K) * 4 + (gs ? size_t(a.K / gs) * 4 : 0) + 16;
+  // split x [K] | group sums [K/8 + 4, enough for any group size] | raw x [K]
+  const size_t smem = size_t(a.K) * 4 + size_t(a.K / 8 + 4) * 4 + size_t(a.K) * 4;
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
