@@ -64,7 +64,7 @@ Checkpoint Checkpoint::open(const std::string& dir_in) {
     json idx;
     try {
       idx = json::parse(read_text_file(index_path));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       fail("{}: not valid JSON: {}", index_path, e.what());
     }
     if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())

@@ -88,7 +88,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& src) {
   json top;
   try {
     top = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", src, e.what());
   }
   if (!top.is_object()) fail("{}: expected a JSON object, got {}", src, top.type_name());

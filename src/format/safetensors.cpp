@@ -55,7 +55,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::parse(const uint8_t* dat
   json j;
   try {
     j = json::parse(hdr, hdr + n);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail("{}: safetensors header is not valid JSON: {}", name, e.what());
   }
   if (!j.is_object()) fail("{}: safetensors header must be a JSON object, got {}", name, j.type_name());
