@@ -41,5 +41,6 @@ Command add_run(CLI::App& app);
 Command add_make_model(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_demo(CLI::App& app);
+Command add_serve(CLI::App& app);     // when built with the server
 
 }  // namespace dq::app

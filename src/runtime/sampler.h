@@ -1,0 +1,2 @@
+// Placeholder: the sampler (temperature, top-k/p, min-p, penalties, seeds). Being written.
+#pragma once
