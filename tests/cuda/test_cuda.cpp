@@ -32,6 +32,10 @@ TEST(CudaParity, Project) {
   auto t = cuda_target();
   project_cases(t, true);
 }
+TEST(CudaParity, LargeProject) {
+  auto t = cuda_target();
+  large_project_cases(t);
+}
 TEST(CudaParity, MixedAndSwiGLU) {
   auto t = cuda_target();
   mixed_and_swiglu_cases(t);

@@ -184,6 +184,23 @@ inline void project_cases(std::vector<Target>& targets, bool quick = false) {
       }
 }
 
+// Enough rows for the CUDA kernel's paired-row path (and a multi-matrix launch across it).
+inline void large_project_cases(std::vector<Target>& targets) {
+  Rig rig;
+  const int K = 256;
+  Matrix big = rig.matrix(WFormat::Affine, 7001, K), small = rig.matrix(WFormat::Affine, 33, K);
+  for (int T : {1, 2}) {
+    Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
+    std::vector<Ref> ys = {rig.zeros(size_t(T) * 7001 * 4), rig.zeros(size_t(T) * 33 * 4)};
+    check(rig, targets, ys, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map(big), g.map(small)}, {o[0], o[1]}, 2, T});
+    }, "large project T=" + std::to_string(T));
+    check(rig, targets, {ys[0]}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::ProjectAdd{g.map(x), g.map(big), o[0], T});
+    }, "large project_add T=" + std::to_string(T));
+  }
+}
+
 inline void mixed_and_swiglu_cases(std::vector<Target>& targets) {
   Rig rig;
   const int K = 256, T = 5;

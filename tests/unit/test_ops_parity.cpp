@@ -30,6 +30,10 @@ TEST(OpsParity, ProjectAllFormatsShapesAndTokenCounts) {
   auto t = cpu_targets();
   project_cases(t);
 }
+TEST(OpsParity, LargeProject) {
+  auto t = cpu_targets();
+  large_project_cases(t);
+}
 TEST(OpsParity, ProjectMixedOutputsAndSwiGLU) {
   auto t = cpu_targets();
   mixed_and_swiglu_cases(t);

@@ -23,10 +23,13 @@ __device__ float block_sum_squares(const float* x, int n, float* slot) {
 }
 
 // x[0..hd) = rmsnorm(src) * w, then rotary on the first `rot` dims (numerics.h rope), in smem.
+// src is first copied to x with independent loads; the sum of squares then reads shared memory.
 __device__ void norm_rope(const float* src, const float* w, int hd, int rot, float eps, const float* cs,
                           const float* sn, float* x, float* slot) {
-  const float r = num::rms_inv(block_sum_squares(src, hd, slot), hd, eps);
-  for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = (src[i] * r) * w[i];
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = src[i];
+  __syncthreads();
+  const float r = num::rms_inv(block_sum_squares(x, hd, slot), hd, eps);
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = (x[i] * r) * w[i];
   __syncthreads();
   const int half = rot / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -80,15 +83,26 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
   const size_t stride = size_t(a.hkv) * hd;
   const float* kc = a.k_cache + size_t(j) * hd;
   float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
-  for (int k = 0; k < kPos / 8; ++k) {
-    const int tau = tau0 + warp * (kPos / 8) + k;
-    if (tau >= L) break;
-    const float* kr = kc + tau * stride;
-    float acc = 0.0f;
-#pragma unroll 8
-    for (int i = lane; i < hd; i += 32) acc = fmaf(q[i], kr[i], acc);
-    acc = warp_butterfly(acc);
-    if (lane == 0) s[tau] = acc * scale;
+  const int nc = hd / 32;  // values per lane per position (hd <= 512: <= 16)
+  for (int k0 = 0; k0 < kPos / 8; k0 += 4) {
+    float kv[4][16];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int tau = tau0 + warp * (kPos / 8) + k0 + k;
+#pragma unroll
+      for (int c = 0; c < 16; ++c)
+        kv[k][c] = (c < nc && tau < L) ? kc[tau * stride + lane + 32 * c] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int tau = tau0 + warp * (kPos / 8) + k0 + k;
+      float acc = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 16; ++c)
+        if (c < nc) acc = fmaf(q[lane + 32 * c], kv[k][c], acc);
+      acc = warp_butterfly(acc);
+      if (lane == 0 && tau < L) s[tau] = acc * scale;
+    }
   }
 }
 
@@ -107,6 +121,7 @@ __global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a) {
   __shared__ float slot[4];
   const float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
   float mx = -INFINITY;
+#pragma unroll 4
   for (int tau = threadIdx.x; tau < L; tau += blockDim.x) mx = fmaxf(mx, s[tau]);
   for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
   if (lane == 0) slot[warp] = mx;
@@ -127,8 +142,14 @@ __global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a) {
   const size_t stride = size_t(a.hkv) * hd;
   const float* vc = a.v_cache + size_t(j) * hd + i;
   float acc = 0.0f;
-#pragma unroll 8
-  for (int tau = 0; tau < L; ++tau) acc = fmaf(e[tau], vc[tau * stride], acc);
+  for (int t0 = 0; t0 < L; t0 += 32) {  // 32 independent loads in flight, then the chain
+    float vv[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) vv[k] = t0 + k < L ? vc[(t0 + k) * stride] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k)
+      if (t0 + k < L) acc = fmaf(e[t0 + k], vv[k], acc);
+  }
   const float* gate = a.qg + (size_t(t) * a.h + h) * 2 * hd + hd;
   a.out[(size_t(t) * a.h + h) * hd + i] = (acc / Z) * num::sigmoid(gate[i]);
 }

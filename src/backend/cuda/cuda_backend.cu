@@ -48,6 +48,7 @@ MatDev mat_dev(const Matrix& m, float* y) {
   d.cols = m.cols;
   d.bits = m.bits;
   d.gs = m.group_size;
+  if (d.gs > 0 && (d.gs & (d.gs - 1)) == 0) d.gs_shift = __builtin_ctz(unsigned(d.gs));
   d.fmt = m.format == WFormat::Affine ? WFmt::Affine
           : m.format == WFormat::BF16 ? WFmt::BF16
           : m.format == WFormat::F16  ? WFmt::F16

@@ -118,13 +118,16 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
   const float scale = 1.0f / sqrtf(float(DK));
   for (int t = 0; t < a.T; ++t) {
     const float* u = a.u + size_t(t) * C;
-    const float* q = u + hk * DK;
-    const float* k = u + Hk * DK + hk * DK;
-    const float rq = 1.0f / sqrtf(block_sum_squares(q, DK, slot) + 1e-6f);
-    const float rk = 1.0f / sqrtf(block_sum_squares(k, DK, slot + 1) + 1e-6f);
+    for (int i = threadIdx.x; i < DK; i += blockDim.x) {  // q and k to shared memory first
+      qn[i] = u[hk * DK + i];
+      kn[i] = u[Hk * DK + hk * DK + i];
+    }
+    __syncthreads();
+    const float rq = 1.0f / sqrtf(block_sum_squares(qn, DK, slot) + 1e-6f);
+    const float rk = 1.0f / sqrtf(block_sum_squares(kn, DK, slot + 1) + 1e-6f);
     for (int i = threadIdx.x; i < DK; i += blockDim.x) {
-      qn[i] = (q[i] * rq) * scale;
-      kn[i] = k[i] * rk;
+      qn[i] = (qn[i] * rq) * scale;
+      kn[i] = kn[i] * rk;
     }
     __syncthreads();
     const float beta = num::sigmoid(a.b[size_t(t) * Hv + hv]);

@@ -17,6 +17,7 @@ struct MatDev {
   const void* s = nullptr;
   const void* b = nullptr;
   int rows = 0, cols = 0, bits = 0, gs = 0;
+  int gs_shift = -1;  // log2(gs) when gs is a power of two (no integer division in the loop)
   WFmt fmt = WFmt::F32;
   SDt sdt = SDt::BF16;
   float* y = nullptr;  // output [T][rows]

@@ -17,9 +17,14 @@ namespace {
 constexpr int kWarps = 8;  // warps per block
 
 __device__ __forceinline__ float load_scale(const void* p, int i, SDt t) {
-  if (t == SDt::BF16) return __uint_as_float(uint32_t(static_cast<const uint16_t*>(p)[i]) << 16);
+  if (t == SDt::BF16) return __uint_as_float(uint32_t(__ldg(static_cast<const unsigned short*>(p) + i)) << 16);
   if (t == SDt::F16) return __half2float(static_cast<const __half*>(p)[i]);
-  return static_cast<const float*>(p)[i];
+  return __ldg(static_cast<const float*>(p) + i);
+}
+
+// Group of unit u (8 inputs): u * 8 / gs, a shift for power-of-two group sizes.
+__device__ __forceinline__ int group_of(const MatDev& m, int u) {
+  return m.gs_shift >= 0 ? (u * 8) >> m.gs_shift : u * 8 / m.gs;
 }
 
 // q value of byte `i` of t (0 <= byte <= 15) as an exact float: PRMT places the byte under
@@ -79,17 +84,17 @@ __device__ float row_dot(const MatDev& m, int r, const SharedX& sx, int lane) {
       // Four units in flight per lane (loads first), accumulated in order of u.
       for (; u + 96 < U; u += 128) {
         uint32_t w0 = __ldg(w + u), w1 = __ldg(w + u + 32), w2 = __ldg(w + u + 64), w3 = __ldg(w + u + 96);
-        acc = fmaf(load_scale(m.s, r * G + u * 8 / m.gs, m.sdt), unit_q4(w0, sx.xa[u], sx.xb[u]), acc);
-        acc = fmaf(load_scale(m.s, r * G + (u + 32) * 8 / m.gs, m.sdt), unit_q4(w1, sx.xa[u + 32], sx.xb[u + 32]), acc);
-        acc = fmaf(load_scale(m.s, r * G + (u + 64) * 8 / m.gs, m.sdt), unit_q4(w2, sx.xa[u + 64], sx.xb[u + 64]), acc);
-        acc = fmaf(load_scale(m.s, r * G + (u + 96) * 8 / m.gs, m.sdt), unit_q4(w3, sx.xa[u + 96], sx.xb[u + 96]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(w0, sx.xa[u], sx.xb[u]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 32), m.sdt), unit_q4(w1, sx.xa[u + 32], sx.xb[u + 32]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 64), m.sdt), unit_q4(w2, sx.xa[u + 64], sx.xb[u + 64]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 96), m.sdt), unit_q4(w3, sx.xa[u + 96], sx.xb[u + 96]), acc);
       }
       for (; u < U; u += 32)
-        acc = fmaf(load_scale(m.s, r * G + u * 8 / m.gs, m.sdt), unit_q4(__ldg(w + u), sx.xa[u], sx.xb[u]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(__ldg(w + u), sx.xa[u], sx.xb[u]), acc);
     } else {  // 8 bits: two words per unit
       const uint32_t* w = static_cast<const uint32_t*>(m.w) + size_t(r) * U * 2;
       for (int u = lane; u < U; u += 32)
-        acc = fmaf(load_scale(m.s, r * G + u * 8 / m.gs, m.sdt),
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt),
                    unit_q8(__ldg(w + 2 * u), __ldg(w + 2 * u + 1), sx.xa[u], sx.xb[u]), acc);
     }
     float bacc = 0.0f;
@@ -163,7 +168,7 @@ __device__ void rows_q4_pair(const MatDev& ma, int ra, const MatDev& mb, int rb,
       const int u = base + lane + 32 * i;
       if (u < U) {
         const float4 xa = sx.xa[u], xb = sx.xb[u];
-        const int g = u * 8 / m.gs;
+        const int g = group_of(m, u);
         acc_a = fmaf(load_scale(ma.s, ra * G + g, ma.sdt), unit_q4(va[i], xa, xb), acc_a);
         if (two) acc_b = fmaf(load_scale(mb.s, rb * G + g, mb.sdt), unit_q4(vb[i], xa, xb), acc_b);
       }
@@ -191,7 +196,9 @@ __device__ __forceinline__ void rows_pair(const MatDev& ma, int ra, const MatDev
 // Grid-stride over pairs of rows of all matrices (SwiGLU: the gate row and the up row); per
 // token the block first normalises x into shared memory (the canonical rmsnorm: warp 0 sums
 // squares in lane order) and makes the group sums.
-__global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int gs) {
+// Work items are row pairs when the launch has rows enough to keep every SM busy with pairs
+// (`pair`), else single rows (more warps in flight for small matrices).
+__global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int gs, int pair) {
   extern __shared__ float4 smem4[];
   const int K = a.K, U = K / 8;
   float4* xa = smem4;
@@ -199,20 +206,21 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
   float* xg = reinterpret_cast<float*>(smem4 + 2 * U);
   __shared__ float s_r;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per = pair ? 2 : 1;  // rows per work item
   int pairs = 0;
   if (a.epi == Epilogue::SwiGLU) pairs = a.m[0].rows;
   else
-    for (int i = 0; i < a.n; ++i) pairs += (a.m[i].rows + 1) / 2;
+    for (int i = 0; i < a.n; ++i) pairs += (a.m[i].rows + per - 1) / per;
 
   // While the prologue runs, pull this warp's first rows into L2.
   if (a.epi != Epilogue::SwiGLU && lane < 16) {
     int p = blockIdx.x * kWarps + warp, i = 0;
     if (p < pairs) {
-      while (p >= (a.m[i].rows + 1) / 2) p -= (a.m[i++].rows + 1) / 2;
+      while (p >= (a.m[i].rows + per - 1) / per) p -= (a.m[i++].rows + per - 1) / per;
       const MatDev& m = a.m[i];
       if (is_q4(m)) {
-        const char* base = static_cast<const char*>(m.w) + size_t(2 * p) * (m.cols / 2);
-        const size_t bytes = size_t(min(2, m.rows - 2 * p)) * (m.cols / 2);
+        const char* base = static_cast<const char*>(m.w) + size_t(per * p) * (m.cols / 2);
+        const size_t bytes = size_t(min(per, m.rows - per * p)) * (m.cols / 2);
         for (size_t off = size_t(lane) * 128; off < bytes; off += 16 * 128)
           asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
       }
@@ -274,9 +282,9 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
         continue;
       }
       int i = 0, p = pr;
-      while (p >= (a.m[i].rows + 1) / 2) p -= (a.m[i++].rows + 1) / 2;
+      while (p >= (a.m[i].rows + per - 1) / per) p -= (a.m[i++].rows + per - 1) / per;
       const MatDev& m = a.m[i];
-      const int ra = 2 * p, rb = 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
+      const int ra = per * p, rb = pair && 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
       float va = 0.0f, vb = 0.0f;
       rows_pair(m, ra, m, rb, sx, lane, &va, &vb);
       if (lane == 0) {
@@ -307,8 +315,12 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       }
       gs = a.m[i].gs;
     }
-  int total = 0;  // warps' work items: row pairs (SwiGLU: gate/up rows)
-  for (int i = 0; i < a.n; ++i) total += (a.m[i].rows + 1) / 2;
+  int rows = 0;
+  for (int i = 0; i < a.n; ++i) rows += a.m[i].rows;
+  // Pairs share x reads but halve the warps: only when there are rows for ~24 warps per SM.
+  const int pair = a.epi != Epilogue::SwiGLU && rows >= 2 * num_sms * 24;
+  int total = 0;  // warps' work items
+  for (int i = 0; i < a.n; ++i) total += pair ? (a.m[i].rows + 1) / 2 : a.m[i].rows;
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
   // split x [K] | group sums [K/8 + 4, enough for any group size] | raw x [K]
   const size_t smem = size_t(a.K) * 4 + size_t(a.K / 8 + 4) * 4 + size_t(a.K) * 4;
@@ -318,7 +330,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
     attr_set = true;
   }
   const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * 4));
-  project_kernel<<<blocks, kWarps * 32, smem, s>>>(a, gs);
+  project_kernel<<<blocks, kWarps * 32, smem, s>>>(a, gs, pair);
   DQ_CUDA_CHECK(cudaGetLastError());
 }
 
