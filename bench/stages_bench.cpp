@@ -5,6 +5,7 @@
 // usage: deltaq-bench-stages [--device cpu|cuda] [--reps N]
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -126,6 +127,31 @@ int main(int argc, char** argv) {
     const double bw = be->measure_bandwidth_gbps();
     std::printf("backend %s: %d products in %zu stages, %.3f GB of 4-bit weights; bandwidth measured %.1f GB/s\n",
                 be->name().c_str(), products, stages.size(), bytes / 1e9, bw);
+    // Per shape: a graph of 50 launches of one stage's op, so no host launch cost is counted.
+    std::printf("per stage shape (graph of 50 launches each):\n");
+    std::vector<std::string> seen;
+    for (const Stage& st : stages) {
+      std::string key = std::to_string(st.mats.size()) + "x[" + std::to_string(st.mats[0].rows) + "," +
+                        std::to_string(st.mats[0].cols) + "]";
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(key);
+      size_t b = 0;
+      for (auto& m : st.mats) b += m.bytes();
+      auto g50 = q->capture([&] {
+        for (int i = 0; i < 50; ++i) issue_stage(st, false);
+      });
+      q->replay(*g50);
+      q->wait();
+      double best = 1e9;
+      for (int r = 0; r < 5; ++r) {
+        auto t0 = clk::now();
+        q->replay(*g50);
+        q->wait();
+        best = std::min(best, std::chrono::duration<double>(clk::now() - t0).count() / 50);
+      }
+      std::printf("  %-22s %8.2f MB  %8.2f us  %8.1f GB/s  %5.1f%%\n", key.c_str(), b / 1e6, best * 1e6,
+                  b / best / 1e9, 100.0 * b / best / 1e9 / bw);
+    }
     const char* names[] = {"(a) one wait per product", "(b) one wait per stage  ", "(c) one graph per step  "};
     for (int mode = 0; mode < 3; ++mode) {
       double s = time_mode(mode, graph.get());

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
   const size_t stride = size_t(a.hkv) * hd;
   const float* kc = a.k_cache + size_t(j) * hd;
   float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
-  const int nc = hd / 32;  // values per lane per position (hd <= 512: <= 16)
+  const int nc = (hd + 31) / 32;  // values per lane per position (hd <= 512: <= 16)
   for (int k0 = 0; k0 < kPos / 8; k0 += 4) {
     float kv[4][16];
 #pragma unroll
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
       const int tau = tau0 + warp * (kPos / 8) + k0 + k;
 #pragma unroll
       for (int c = 0; c < 16; ++c)
-        kv[k][c] = (c < nc && tau < L) ? kc[tau * stride + lane + 32 * c] : 0.0f;
+        kv[k][c] = (c < nc && tau < L && lane + 32 * c < hd) ? kc[tau * stride + lane + 32 * c] : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
       float acc = 0.0f;
 #pragma unroll
       for (int c = 0; c < 16; ++c)
-        if (c < nc) acc = fmaf(q[lane + 32 * c], kv[k][c], acc);
+        if (c < nc && lane + 32 * c < hd) acc = fmaf(q[lane + 32 * c], kv[k][c], acc);
       acc = warp_butterfly(acc);
       if (lane == 0 && tau < L) s[tau] = acc * scale;
     }

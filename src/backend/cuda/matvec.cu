@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
@@ -315,10 +316,14 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       }
       gs = a.m[i].gs;
     }
+  // Launch knobs (the kernel lab's sweep; results never depend on them): blocks per SM for the
+  // grid cap, and the warps per SM below which rows are not paired.
+  static const int blocks_per_sm = std::getenv("DELTAQ_MV_BLOCKS_PER_SM") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS_PER_SM")) : 4;
+  static const int pair_warps = std::getenv("DELTAQ_MV_PAIR_WARPS") ? std::atoi(std::getenv("DELTAQ_MV_PAIR_WARPS")) : 24;
   int rows = 0;
   for (int i = 0; i < a.n; ++i) rows += a.m[i].rows;
-  // Pairs share x reads but halve the warps: only when there are rows for ~24 warps per SM.
-  const int pair = a.epi != Epilogue::SwiGLU && rows >= 2 * num_sms * 24;
+  // Pairs share x reads but halve the warps: only when there are rows for enough warps per SM.
+  const int pair = a.epi != Epilogue::SwiGLU && rows >= 2 * num_sms * pair_warps;
   int total = 0;  // warps' work items
   for (int i = 0; i < a.n; ++i) total += pair ? (a.m[i].rows + 1) / 2 : a.m[i].rows;
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
@@ -329,7 +334,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * 4));
+  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * std::max(1, blocks_per_sm)));
   project_kernel<<<blocks, kWarps * 32, smem, s>>>(a, gs, pair);
   DQ_CUDA_CHECK(cudaGetLastError());
 }
