@@ -1,1 +1,179 @@
 #include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace dq {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ uint64_t(rd());
+}
+
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed ? *params.seed : random_seed()) {}
+
+int32_t Sampler::argmax(std::span<const float> x) {
+  int32_t best = -1;
+  float bv = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    if (std::isnan(v)) continue;
+    if (best < 0 || v > bv) {
+      best = int32_t(i);
+      bv = v;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+void Sampler::apply_penalties(std::span<const int32_t> history, size_t prompt_len) {
+  const int64_t V = int64_t(work_.size());
+  if (counts_.size() != work_.size()) counts_.assign(work_.size(), 0);
+  auto valid = [&](int32_t id) { return id >= 0 && id < V; };
+  prompt_len = std::min(prompt_len, history.size());
+  if (p_.repetition_penalty != 1) {
+    // HF RepetitionPenaltyLogitsProcessor: once per distinct id of the whole sequence.
+    // counts_ marks the ids already penalized (-1), then is cleared again.
+    const float rp = p_.repetition_penalty;
+    for (int32_t id : history) {
+      if (!valid(id) || counts_[id] < 0) continue;
+      counts_[id] = -1;
+      float& l = work_[id];
+      l = l > 0 ? l / rp : l * rp;
+    }
+    for (int32_t id : history)
+      if (valid(id)) counts_[id] = 0;
+  }
+  if (p_.presence_penalty != 0 || p_.frequency_penalty != 0) {
+    auto gen = history.subspan(prompt_len);
+    for (int32_t id : gen)
+      if (valid(id)) ++counts_[id];
+    for (int32_t id : gen) {
+      if (!valid(id) || counts_[id] == 0) continue;
+      work_[id] -= p_.frequency_penalty * float(counts_[id]) + p_.presence_penalty;
+      counts_[id] = 0;
+    }
+  }
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_len) {
+  if (logits.empty()) return 0;
+  std::span<const float> x = logits;
+  if (p_.has_penalties()) {
+    work_.assign(logits.begin(), logits.end());
+    apply_penalties(history, prompt_len);
+    x = work_;
+  }
+  if (p_.greedy()) return argmax(x);
+
+  // Candidates: every id whose logit is a number above -inf; +inf ones alone if there are any.
+  const int32_t V = int32_t(x.size());
+  float m = -INFINITY;
+  for (int32_t i = 0; i < V; ++i)
+    if (!std::isnan(x[i]) && x[i] > m) m = x[i];
+  if (m == -INFINITY) return argmax(x);
+  cand_.clear();
+  w_.clear();
+  if (m == INFINITY) {
+    for (int32_t i = 0; i < V; ++i)
+      if (x[i] == INFINITY) cand_.push_back(i);
+    return cand_[size_t(rng_.uniform() * double(cand_.size()))];
+  }
+  for (int32_t i = 0; i < V; ++i)
+    if (x[i] > -INFINITY) cand_.push_back(i);  // NaN compares false
+
+  // Descending logit, ties by the lower id: the one order every truncation uses.
+  auto before = [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+  bool sorted = false;
+  if (p_.top_k > 0 && size_t(p_.top_k) < cand_.size()) {
+    std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), before);
+    cand_.resize(size_t(p_.top_k));
+    std::sort(cand_.begin(), cand_.end(), before);
+    sorted = true;
+  }
+
+  const double T = p_.temperature;
+  w_.resize(cand_.size());
+  for (size_t i = 0; i < cand_.size(); ++i) w_[i] = std::exp((double(x[cand_[i]]) - double(m)) / T);
+
+  if (p_.top_p < 1) {
+    double z = 0;
+    for (double w : w_) z += w;
+    const double target = double(p_.top_p) * z;
+    // Sort a growing prefix until it holds the top_p mass (usually a few hundred ids of a large vocab).
+    size_t n = cand_.size(), c = sorted ? n : std::min<size_t>(n, 256);
+    for (;;) {
+      if (!sorted) {
+        std::partial_sort(cand_.begin(), cand_.begin() + c, cand_.end(), before);
+        for (size_t i = 0; i < c; ++i) w_[i] = std::exp((double(x[cand_[i]]) - double(m)) / T);
+      }
+      double cum = 0;
+      size_t keep = 0;
+      while (keep < c && cum < target) cum += w_[keep++];
+      if (cum >= target || c == n) {
+        cand_.resize(std::max<size_t>(keep, 1));
+        w_.resize(cand_.size());
+        break;
+      }
+      c = std::min(n, c * 4);
+    }
+  }
+
+  if (p_.min_p > 0) {
+    // The top candidate has weight exp(0) = 1, so p_i / p_max = w_i.
+    size_t j = 0;
+    for (size_t i = 0; i < cand_.size(); ++i)
+      if (w_[i] >= double(p_.min_p)) {
+        cand_[j] = cand_[i];
+        w_[j++] = w_[i];
+      }
+    cand_.resize(j);
+    w_.resize(j);
+  }
+  if (cand_.empty()) return argmax(x);
+
+  double total = 0;
+  for (double w : w_) total += w;
+  const double u = rng_.uniform() * total;
+  double cum = 0;
+  size_t last = 0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    if (w_[i] <= 0) continue;
+    cum += w_[i];
+    last = i;
+    if (u < cum) return cand_[i];
+  }
+  return cand_[last];  // rounding: u landed on the total
+}
+
+}  // namespace dq

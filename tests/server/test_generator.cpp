@@ -1,0 +1,251 @@
+// Generator on the demo model (models/demo-fortunes/mlx-4bit, a small trained model with a tokenizer):
+// greedy text and ids, streaming, stop strings across token boundaries, eos, max_tokens, context,
+// cancellation, seeds.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+#include "text/model_text.h"
+
+namespace {
+
+const std::string kDemo = std::string(DQ_SOURCE_DIR) + "/models/demo-fortunes/mlx-4bit";
+
+struct Demo {
+  std::unique_ptr<dq::Engine> engine;
+  dq::text::TextConfig text;
+};
+
+Demo& demo() {
+  static Demo d = [] {
+    Demo x;
+    dq::EngineOptions o;
+    o.threads = 1;
+    x.engine = dq::Engine::open(kDemo, o);
+    x.text = dq::text::TextConfig::load(kDemo);
+    return x;
+  }();
+  return d;
+}
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!n || i + size_t(n) > s.size()) return false;
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + size_t(k)]) >> 6) != 2) return false;
+    i += size_t(n);
+  }
+  return true;
+}
+
+dq::GenerateRequest greedy_request(const std::string& prompt, int max_tokens) {
+  dq::GenerateRequest r;
+  r.prompt = demo().text.tokenizer->encode(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+// The plain loop: feed, then step_greedy.
+std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int n) {
+  auto& e = *demo().engine;
+  e.reset();
+  std::vector<int32_t> out = {e.feed(prompt)};
+  while (int(out.size()) < n) out.push_back(e.step_greedy());
+  return out;
+}
+
+}  // namespace
+
+TEST(Generator, GreedyTextIsDecodeOfGreedyIds) {
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("The best way to predict the future is", 64);
+  req.stop_at_eos = false;
+  std::string streamed;
+  int pieces = 0;
+  auto r = g.generate(req, [&](std::string_view p) {
+    EXPECT_TRUE(valid_utf8(p));
+    EXPECT_FALSE(p.empty());
+    streamed += p;
+    ++pieces;
+    return true;
+  });
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.completion_tokens, 64);
+  EXPECT_EQ(r.prompt_tokens, int(req.prompt.size()));
+  EXPECT_EQ(r.tokens, greedy_ids(req.prompt, 64));
+  EXPECT_EQ(r.text, d.text.tokenizer->decode(r.tokens));
+  EXPECT_EQ(streamed, r.text);
+  EXPECT_GT(pieces, 10);
+  EXPECT_GT(r.gen_seconds, 0);
+  // The reference continuation of this prompt (models/demo-fortunes/README.md).
+  EXPECT_EQ(r.text.substr(0, 4), " to\n");
+}
+
+TEST(Generator, HostLogitsPathEqualsDeviceArgmaxPath) {
+  // A penalty too small to change any float forces the sampled (host logits) path with greedy choice.
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("A fool and his money", 40);
+  req.stop_at_eos = false;
+  auto fast = g.generate(req, {});
+  req.sampling.presence_penalty = 1e-30f;
+  auto slow = g.generate(req, {});
+  EXPECT_EQ(fast.tokens, slow.tokens);
+  EXPECT_EQ(fast.text, slow.text);
+}
+
+TEST(Generator, StopsAtEosWithoutEmittingIt) {
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("The best way to predict the future is", 200);
+  auto all = greedy_ids(req.prompt, 200);
+  auto eos = std::find(all.begin(), all.end(), 4091);
+  ASSERT_NE(eos, all.end()) << "the demo model's greedy continuation ends a fortune";
+  auto r = g.generate(req, {});
+  EXPECT_EQ(r.finish_reason, "stop");
+  ASSERT_TRUE(r.stop_id);
+  EXPECT_EQ(*r.stop_id, 4091);
+  EXPECT_EQ(r.tokens, std::vector<int32_t>(all.begin(), eos));
+  EXPECT_EQ(r.completion_tokens, int(r.tokens.size()) + 1);
+  EXPECT_EQ(r.text, d.text.tokenizer->decode(r.tokens));
+  EXPECT_EQ(r.text.find("<|endoftext|>"), std::string::npos);
+}
+
+TEST(Generator, StopStringsAcrossTokenBoundariesAreNeverEmitted) {
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("The best way to predict the future is", 60);
+  req.stop_at_eos = false;
+  auto full = g.generate(req, {});
+  // Pick a stop string that starts inside one token and ends inside a later one.
+  std::vector<size_t> ends;  // end offset of each token's text
+  size_t off = 0;
+  for (int32_t t : full.tokens) ends.push_back(off += d.text.tokenizer->decode(std::vector<int32_t>{t}).size());
+  ASSERT_EQ(off, full.text.size());
+  size_t a = 0, b = 0;
+  for (size_t i = 5; i + 2 < ends.size(); ++i) {
+    size_t len_i = ends[i] - ends[i - 1];
+    if (len_i >= 2 && ends[i + 1] - ends[i] >= 1) {
+      a = ends[i] - 1;  // last byte of token i
+      b = ends[i + 1];  // through the end of token i+1
+      if (full.text.find(full.text.substr(a, b - a)) == a) break;
+    }
+  }
+  ASSERT_LT(a, b);
+  const std::string stop = full.text.substr(a, b - a);
+  req.stop = {"never-appears-in-this-text", stop};
+  std::string streamed;
+  auto r = g.generate(req, [&](std::string_view p) {
+    streamed += p;
+    return true;
+  });
+  EXPECT_EQ(r.finish_reason, "stop");
+  EXPECT_EQ(r.stop_string, stop);
+  EXPECT_EQ(r.text, full.text.substr(0, a));
+  EXPECT_EQ(streamed, r.text);
+  EXPECT_EQ(streamed.find(stop), std::string::npos);
+
+  // A stop string that never completes: everything is emitted at the end, nothing lost.
+  req.stop = {full.text.substr(a, 1) + "\x01"};
+  auto r2 = g.generate(req, {});
+  EXPECT_EQ(r2.finish_reason, "length");
+  EXPECT_EQ(r2.text, full.text);
+}
+
+TEST(Generator, StopMatcherHoldsBackPrefixes) {
+  dq::StopMatcher m({"abc", "", "bd"});
+  EXPECT_EQ(m.push("xxa"), "xx");
+  EXPECT_EQ(m.held(), 1u);
+  EXPECT_EQ(m.push("b"), "");
+  EXPECT_EQ(m.push("x"), "abx");
+  EXPECT_EQ(m.push("ab"), "");
+  EXPECT_EQ(m.push("d tail"), "a");
+  EXPECT_TRUE(m.matched());
+  EXPECT_EQ(m.matched_string(), "bd");
+  EXPECT_EQ(m.push("more"), "");
+  EXPECT_EQ(m.flush(), "");
+  dq::StopMatcher n({"abc"});
+  EXPECT_EQ(n.push("ab"), "");
+  EXPECT_EQ(n.flush(), "ab");
+  dq::StopMatcher none({});
+  EXPECT_EQ(none.push("abc"), "abc");
+}
+
+TEST(Generator, MaxTokensAndContextEnd) {
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("Hello", 7);
+  req.stop_at_eos = false;
+  auto r = g.generate(req, {});
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.completion_tokens, 7);
+  EXPECT_EQ(r.tokens.size(), 7u);
+  req.max_tokens = 0;
+  auto z = g.generate(req, {});
+  EXPECT_EQ(z.finish_reason, "length");
+  EXPECT_EQ(z.completion_tokens, 0);
+
+  // A small context: generation ends with "length" when it is full, never throws.
+  dq::EngineOptions o;
+  o.threads = 1;
+  o.max_ctx = 24;
+  auto small = dq::Engine::open(kDemo, o);
+  dq::Generator gs(*small, d.text);
+  req.max_tokens = 1000;
+  auto c = gs.generate(req, {});
+  EXPECT_EQ(c.finish_reason, "length");
+  EXPECT_EQ(c.prompt_tokens + c.completion_tokens, 24 + 1);  // the last token needs no step
+  req.prompt.assign(25, 300);
+  EXPECT_THROW(gs.generate(req, {}), dq::Error);
+  req.prompt.clear();
+  EXPECT_THROW(gs.generate(req, {}), dq::Error);
+  req.prompt = {5000};
+  EXPECT_THROW(gs.generate(req, {}), dq::Error);
+}
+
+TEST(Generator, OnTextFalseOrKeepGoingFalseCancels) {
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("The best way to predict the future is", 100);
+  req.stop_at_eos = false;
+  int pieces = 0;
+  auto r = g.generate(req, [&](std::string_view) { return ++pieces < 3; });
+  EXPECT_EQ(r.finish_reason, "cancelled");
+  EXPECT_EQ(pieces, 3);
+  EXPECT_LT(r.completion_tokens, 10);
+  int steps = 0;
+  auto k = g.generate(req, {}, [&] { return ++steps <= 5; });
+  EXPECT_EQ(k.finish_reason, "cancelled");
+  EXPECT_EQ(k.completion_tokens, 5);
+  auto k0 = g.generate(req, {}, [] { return false; });
+  EXPECT_EQ(k0.finish_reason, "cancelled");
+  EXPECT_EQ(k0.completion_tokens, 0);
+}
+
+TEST(Generator, SeedsReproduceSampledText) {
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  auto req = greedy_request("Love is", 40);
+  req.stop_at_eos = false;
+  req.sampling.temperature = 0.9f;
+  req.sampling.top_p = 0.95f;
+  req.sampling.seed = 1234;
+  auto a = g.generate(req, {});
+  auto b = g.generate(req, {});
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.text, b.text);
+  req.sampling.seed = 99;
+  auto c = g.generate(req, {});
+  EXPECT_NE(a.tokens, c.tokens);
+  EXPECT_EQ(c.text, d.text.tokenizer->decode(c.tokens));
+}
