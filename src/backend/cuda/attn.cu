@@ -43,6 +43,8 @@ __device__ void norm_rope(const float* src, const float* w, int hd, int rot, flo
 }
 
 __global__ void append_kernel(AttnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   extern __shared__ float smem[];
   const int t = blockIdx.x / a.hkv, j = blockIdx.x % a.hkv, hd = a.hd, half = a.rot / 2;
   const int p = *a.pos + t;
@@ -68,6 +70,8 @@ __global__ void append_kernel(AttnArgs a) {
 constexpr int kPos = 64;
 
 __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   extern __shared__ float smem[];
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd, half = a.rot / 2;
   const int p = *a.pos + t;
@@ -112,6 +116,8 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
 constexpr int kDims = 64;
 
 __global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   extern __shared__ float e[];  // [L] exp(s - max), then slot
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd;
   const int p = *a.pos + t;
@@ -160,17 +166,14 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   DQ_CHECK(a.hd <= 512 && a.hd % 4 == 0, "attention head dim {} (CUDA supports multiples of 4 up to 512)", a.hd);
   DQ_CHECK(size_t(a.max_ctx) * 4 <= 200 * 1024, "CUDA attention supports contexts up to 51200 tokens, got {}", a.max_ctx);
   const size_t smem = size_t(a.hd + 32) * 4;
-  append_kernel<<<a.T * a.hkv, 256, smem, s>>>(a);
-  DQ_CUDA_CHECK(cudaGetLastError());
-  scores_kernel<<<dim3(a.T * a.h, (a.max_ctx + kPos - 1) / kPos), 256, smem, s>>>(a);
-  DQ_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(append_kernel, a.T * a.hkv, 256, smem, s, a);
+  launch_kernel(scores_kernel, dim3(a.T * a.h, (a.max_ctx + kPos - 1) / kPos), 256, smem, s, a);
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  softmax_v_kernel<<<dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s>>>(a);
-  DQ_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, a);
 }
 
 }  // namespace dq::cuda

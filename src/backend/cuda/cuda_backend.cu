@@ -82,6 +82,7 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaEventCreate(&ev_end_));
     DQ_CUDA_CHECK(cudaMallocHost(&err_host_, sizeof(DeviceError)));
     DQ_CUDA_CHECK(cudaMalloc(&argmax_key_, sizeof(unsigned long long)));
+    DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
     const char* p = std::getenv("DELTAQ_PROFILE");
     profile_ = p && *p && std::strcmp(p, "0") != 0;
   }

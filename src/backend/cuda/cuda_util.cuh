@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/error.h"
 
@@ -27,6 +28,29 @@ __device__ __forceinline__ void report_error(DeviceError* e, int code, int a, in
     e->a = a;
     e->b = b;
   }
+}
+
+// Programmatic dependent launch (sm_90): every kernel lets the next one start at once
+// (pdl_trigger), does only work that needs no earlier result (weight prefetches), then waits for
+// the previous kernel's results (pdl_wait) before reading or writing anything else.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Launches a kernel with the programmatic-serialization attribute (DELTAQ_PDL=0 turns it off).
+bool pdl_enabled();
+template <class... KArgs, class... Args>
+void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  DQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 __device__ __forceinline__ float warp_butterfly(float v) {

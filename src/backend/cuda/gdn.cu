@@ -10,6 +10,8 @@ namespace dq::cuda {
 namespace {
 
 __global__ void conv_kernel(GdnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   const int C = 2 * a.hk * a.dk + a.hv * a.dv, K = a.K;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -41,6 +43,8 @@ __device__ float block_sum_squares(const float* x, int n, float* slot) {
 
 template <bool SMEM_STATE>
 __global__ void head_kernel(GdnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   extern __shared__ float smem[];
   const int hv = blockIdx.x, Hk = a.hk, Hv = a.hv, Dk = a.dk, Dv = a.dv;
   const int C = 2 * Hk * Dk + Hv * Dv;
@@ -104,6 +108,8 @@ __global__ void head_kernel(GdnArgs a) {
 // all its loads are issued at once, S is read once and written once per step.
 template <int DK>
 __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float qn[DK], kn[DK], ob[256], slot[4];
   const int hv = blockIdx.x, Hk = a.hk, Hv = a.hv, Dv = a.dv;
   const int C = 2 * Hk * DK + Hv * Dv;
@@ -167,8 +173,7 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
 
 void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   const int C = 2 * a.hk * a.dk + a.hv * a.dv;
-  conv_kernel<<<(C + 255) / 256, 256, 0, s>>>(a);
-  DQ_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(conv_kernel, (C + 255) / 256, 256, 0, s, a);
   const int threads = ((a.dv + 31) / 32) * 32;
   const size_t base = size_t(2 * a.dk + a.dv + 4) * 4;
   const size_t state = size_t(a.dk) * a.dv * 4;
@@ -178,14 +183,13 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
     attr_set = true;
   }
   if (a.dk == 128 && a.dv <= 256)
-    head_kernel_reg<128><<<a.hv, threads, 0, s>>>(a);
+    launch_kernel(head_kernel_reg<128>, a.hv, threads, 0, s, a);
   else if (a.dk == 64 && a.dv <= 256)
-    head_kernel_reg<64><<<a.hv, threads, 0, s>>>(a);
+    launch_kernel(head_kernel_reg<64>, a.hv, threads, 0, s, a);
   else if (base + state <= 150 * 1024)
-    head_kernel<true><<<a.hv, threads, base + state, s>>>(a);
+    launch_kernel(head_kernel<true>, a.hv, threads, base + state, s, a);
   else
-    head_kernel<false><<<a.hv, threads, base, s>>>(a);
-  DQ_CUDA_CHECK(cudaGetLastError());
+    launch_kernel(head_kernel<false>, a.hv, threads, base, s, a);
 }
 
 }  // namespace dq::cuda

@@ -213,7 +213,8 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
   else
     for (int i = 0; i < a.n; ++i) pairs += (a.m[i].rows + per - 1) / per;
 
-  // While the prologue runs, pull this warp's first rows into L2.
+  pdl_trigger();
+  // Before waiting for the previous kernel, pull this warp's first rows into L2.
   if (a.epi != Epilogue::SwiGLU && lane < 16) {
     int p = blockIdx.x * kWarps + warp, i = 0;
     if (p < pairs) {
@@ -227,6 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
       }
     }
   }
+  pdl_wait();
   float* raw = reinterpret_cast<float*>(smem4 + 2 * U) + (K / 8 + 4);  // [K] x as given
   for (int t = 0; t < a.T; ++t) {
     // x -> shared memory with wide loads (all independent), then the canonical sum of squares
@@ -286,6 +288,15 @@ __global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int
       while (p >= (a.m[i].rows + per - 1) / per) p -= (a.m[i++].rows + per - 1) / per;
       const MatDev& m = a.m[i];
       const int ra = per * p, rb = pair && 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
+      {  // the warp's next item (same matrix in the common case) into L2 while this one computes
+        const int nr = ra + per * gridDim.x * kWarps;
+        if (is_q4(m) && nr < m.rows && lane < 16) {
+          const char* base = static_cast<const char*>(m.w) + size_t(nr) * (m.cols / 2);
+          const size_t bytes = size_t(min(per, m.rows - nr)) * (m.cols / 2);
+          for (size_t off = size_t(lane) * 128; off < bytes; off += 16 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+        }
+      }
       float va = 0.0f, vb = 0.0f;
       rows_pair(m, ra, m, rb, sx, lane, &va, &vb);
       if (lane == 0) {
@@ -318,7 +329,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
     }
   // Launch knobs (the kernel lab's sweep; results never depend on them): blocks per SM for the
   // grid cap, and the warps per SM below which rows are not paired.
-  static const int blocks_per_sm = std::getenv("DELTAQ_MV_BLOCKS_PER_SM") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS_PER_SM")) : 4;
+  static const int blocks_per_sm = std::getenv("DELTAQ_MV_BLOCKS_PER_SM") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS_PER_SM")) : 0;
   static const int pair_warps = std::getenv("DELTAQ_MV_PAIR_WARPS") ? std::atoi(std::getenv("DELTAQ_MV_PAIR_WARPS")) : 24;
   int rows = 0;
   for (int i = 0; i < a.n; ++i) rows += a.m[i].rows;
@@ -334,9 +345,10 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * std::max(1, blocks_per_sm)));
-  project_kernel<<<blocks, kWarps * 32, smem, s>>>(a, gs, pair);
-  DQ_CUDA_CHECK(cudaGetLastError());
+  // One wave of blocks (up to 3 fit per SM) for ordinary sizes; the huge head takes 8 per SM.
+  const int bps = blocks_per_sm > 0 ? blocks_per_sm : (total > 64 * num_sms * kWarps ? 8 : 2);
+  const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * bps));
+  launch_kernel(project_kernel, blocks, kWarps * 32, smem, s, a, gs, pair);
 }
 
 }  // namespace dq::cuda

@@ -2,6 +2,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
@@ -18,6 +20,8 @@ __device__ __forceinline__ float scale_at(const void* p, int i, SDt t) {
 
 // out[t][j] = the dequantized table row tokens[t]: s * q + b rounded once (fmaf), as numerics.h.
 __global__ void embed_kernel(EmbedArgs a) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x, H = a.table.cols;
   int row = a.tokens[t];
   float* out = a.out + size_t(t) * H;
@@ -58,6 +62,8 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
 }
 
 __global__ void argmax_kernel(const float* x, int n, unsigned long long* key) {
+  pdl_trigger();
+  pdl_wait();
   unsigned long long best = 0;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     unsigned long long k = argmax_key(x[i], i);
@@ -70,34 +76,39 @@ __global__ void argmax_kernel(const float* x, int n, unsigned long long* key) {
   if ((threadIdx.x & 31) == 0 && best) atomicMax(key, best);
 }
 
-__global__ void argmax_finish(const unsigned long long* key, int32_t* out, int32_t* out2) {
-  const int r = *key ? int(0xFFFFFFFFu - uint32_t(*key & 0xFFFFFFFFull)) : 0;
+// Writes the result and puts the key back to 0 for the next argmax (the queue zeroes it once).
+__global__ void argmax_finish(unsigned long long* key, int32_t* out, int32_t* out2) {
+  pdl_trigger();
+  pdl_wait();
+  const unsigned long long k = *key;
+  const int r = k ? int(0xFFFFFFFFu - uint32_t(k & 0xFFFFFFFFull)) : 0;
   *out = r;
   if (out2) *out2 = r;
+  *key = 0;
 }
 
-__global__ void advance_kernel(int32_t* pos, int delta) { *pos += delta; }
+__global__ void advance_kernel(int32_t* pos, int delta) {
+  pdl_trigger();
+  pdl_wait();
+  *pos += delta;
+}
 
 }  // namespace
 
-void launch_embed(const EmbedArgs& a, cudaStream_t s) {
-  embed_kernel<<<a.T, 256, 0, s>>>(a);
-  DQ_CUDA_CHECK(cudaGetLastError());
+bool pdl_enabled() {
+  static const bool on = !(std::getenv("DELTAQ_PDL") && std::string(std::getenv("DELTAQ_PDL")) == "0");
+  return on;
 }
+
+void launch_embed(const EmbedArgs& a, cudaStream_t s) { launch_kernel(embed_kernel, a.T, 256, 0, s, a); }
 
 void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, unsigned long long* key, int num_sms,
                    cudaStream_t s) {
-  DQ_CUDA_CHECK(cudaMemsetAsync(key, 0, sizeof(unsigned long long), s));
   const int blocks = std::max(1, std::min((n + 255) / 256, num_sms * 2));
-  argmax_kernel<<<blocks, 256, 0, s>>>(x, n, key);
-  DQ_CUDA_CHECK(cudaGetLastError());
-  argmax_finish<<<1, 1, 0, s>>>(key, out, out2);
-  DQ_CUDA_CHECK(cudaGetLastError());
+  launch_kernel(argmax_kernel, blocks, 256, 0, s, x, n, key);
+  launch_kernel(argmax_finish, 1, 1, 0, s, key, out, out2);
 }
 
-void launch_advance_pos(int32_t* pos, int delta, cudaStream_t s) {
-  advance_kernel<<<1, 1, 0, s>>>(pos, delta);
-  DQ_CUDA_CHECK(cudaGetLastError());
-}
+void launch_advance_pos(int32_t* pos, int delta, cudaStream_t s) { launch_kernel(advance_kernel, 1, 1, 0, s, pos, delta); }
 
 }  // namespace dq::cuda
