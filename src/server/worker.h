@@ -1,0 +1,123 @@
+// The engine worker: one thread that loads the model, then runs queued jobs one at a time in
+// arrival order (FIFO). HTTP threads build a Job, submit it, and read its events (text pieces, then
+// the result or an error) as the worker produces them; each job streams on its own.
+//
+// Batching later (docs/server.md): the worker would keep several running Sequences (generator.h),
+// admit from the same FIFO while a slot is free, and replace the per-sequence engine step with one
+// batched step over all running sequences (one Engine, one SequenceState per slot).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "chat/template.h"
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+#include "server/api.h"
+#include "text/model_text.h"
+
+namespace dq::server {
+
+using Clock = std::chrono::steady_clock;
+
+// One generation request travelling from an HTTP thread to the worker and back.
+struct Job {
+  GenerateRequest req;
+  Clock::time_point deadline;
+  std::atomic<bool> cancelled{false};  // set by the HTTP side: client gone, timed out
+  Clock::time_point submitted = Clock::now();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  // guarded by mu:
+  std::deque<std::string> pieces;  // text not yet taken by the HTTP side
+  bool started = false;
+  bool finished = false;
+  GenerateResult result;
+  std::optional<ApiError> error;
+
+  // Waits (up to `for_`) for news: a piece or the end. Returns true if there is any.
+  bool wait_news(std::chrono::milliseconds for_);
+};
+
+struct Model;  // what the worker loaded (text config, template, engine)
+
+class Worker {
+ public:
+  struct Options {
+    std::string model_dir;
+    EngineOptions engine;
+    std::string chat_template_file;  // replaces the checkpoint's template when set
+    size_t max_queue = 64;           // waiting jobs; more are refused (429)
+    std::function<void()> before_job;  // test hook: runs on the worker before each job
+  };
+  enum class State { Loading, Ready, Failed, Stopped };
+
+  explicit Worker(Options opt);
+  ~Worker();
+
+  void start();  // starts the thread; loading begins at once
+  void stop();   // cancels the running job, fails the queued ones (503), joins
+
+  State state() const { return state_.load(); }
+  std::string load_error() const;
+  double load_progress() const { return progress_.load(); }
+  std::string load_phase() const;
+  double load_seconds() const;
+  // Blocks until the model is ready or failed (or the worker stopped); true when ready.
+  bool wait_loaded();
+
+  // Valid once state() == Ready (they never change afterwards).
+  const text::TextConfig& text() const;
+  const chat::Template* chat_template() const;  // null when the model has none
+  const std::string& chat_template_source() const;
+  const std::string& chat_template_error() const;  // the parse error of a template that did not parse
+  int max_ctx() const;
+  int vocab_size() const;
+  std::string backend_name() const;
+
+  // Queues a job; false when the queue is full (or the worker is not ready).
+  bool submit(const std::shared_ptr<Job>& job);
+  size_t queue_depth() const;
+  bool running() const { return running_.load(); }
+
+  // Cumulative counters of finished jobs.
+  struct Stats {
+    uint64_t jobs = 0, cancelled = 0, timed_out = 0, failed = 0;
+    uint64_t prompt_tokens = 0, completion_tokens = 0;
+    double prompt_seconds = 0, gen_seconds = 0;
+    double last_prompt_tps = 0, last_gen_tps = 0;
+  };
+  Stats stats() const;
+
+ private:
+  void run();
+  void load();
+  void finish(Job& job, GenerateResult r);
+  void fail(Job& job, ApiError e);
+
+  Options opt_;
+  std::thread thread_;
+  std::atomic<State> state_{State::Loading};
+  std::atomic<double> progress_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> running_{false};
+  Clock::time_point load_start_, load_end_;
+
+  mutable std::mutex mu_;  // guards queue_, stats_, load_error_, phase_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  Stats stats_;
+  std::string load_error_;
+  std::string phase_ = "starting";
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace dq::server
