@@ -42,5 +42,9 @@ Command add_make_model(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_demo(CLI::App& app);
 Command add_serve(CLI::App& app);     // when built with the server
+Command add_tokenize(CLI::App& app);  // text commands: when built with the tokenizer
+Command add_template(CLI::App& app);
+Command add_perplexity(CLI::App& app);
+Command add_chat(CLI::App& app);
 
 }  // namespace dq::app

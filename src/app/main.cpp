@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "help for every command");
   std::vector<Command> cmds = {add_demo(app), add_run(app), add_score(app), add_inspect(app), add_bench(app),
                                add_make_model(app)};
+#if DELTAQ_HAVE_TEXT
+  for (auto add : {add_chat, add_tokenize, add_template, add_perplexity}) cmds.push_back(add(app));
+#endif
 #if DELTAQ_HAVE_SERVER
   cmds.push_back(add_serve(app));
 #endif
