@@ -201,6 +201,8 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat, con
     }
   }
 
+  r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
+
   // Options this server does not implement: accepted at their neutral value, refused otherwise.
   if (auto n = get_int(j, "n", 1, kMaxInt); n && *n != 1) unsupported("n", "more than one choice");
   if (auto b = get_int(j, "best_of", 1, kMaxInt); b && *b != 1) unsupported("best_of", "best_of > 1");

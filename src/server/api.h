@@ -47,6 +47,7 @@ struct CompletionRequest {
   std::optional<int64_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: up to the context
   SamplingParams sampling;
   std::vector<std::string> stop;
+  bool ignore_eos = false;  // vLLM's extension: do not stop at eos / end-of-turn ids
   // chat
   Json messages;                       // normalized: content is a string or null
   std::optional<bool> enable_thinking; // chat_template_kwargs.enable_thinking

@@ -99,7 +99,7 @@ struct Server::Impl {
 
   explicit Impl(ServerOptions o)
       : opt(std::move(o)), worker(Worker::Options{opt.model_dir, opt.engine, opt.chat_template_file, opt.max_queue,
-                                                   opt.before_job}) {
+                                                   opt.before_job, opt.before_load}) {
     if (opt.model_name.empty()) opt.model_name = folder_name(opt.model_dir);
   }
 
@@ -223,6 +223,10 @@ void Server::Impl::handle_generation(const Request& req, Response& res, bool cha
   g.max_tokens = int(max_tokens);
   g.sampling = cr.sampling;
   g.stop = std::move(cr.stop);
+  if (cr.ignore_eos) {
+    g.stop_at_eos = false;
+    g.stop_ids.clear();
+  }
 
   auto job = std::make_shared<Job>();
   job->req = std::move(g);

@@ -32,7 +32,8 @@ struct ServerOptions {
   int keep_alive_timeout_s = 5;    // an idle keep-alive connection
   bool reasoning = true;           // split <think>...</think> into reasoning_content
   bool log_requests = false;       // one stderr line per request
-  std::function<void()> before_job;  // test hook: runs on the engine thread before each job
+  std::function<void()> before_job;   // test hook: runs on the engine thread before each job
+  std::function<void()> before_load;  // test hook: runs on the engine thread before loading
 };
 
 class Server {

@@ -94,6 +94,7 @@ bool Worker::submit(const std::shared_ptr<Job>& job) {
 }
 
 void Worker::load() {
+  if (opt_.before_load) opt_.before_load();
   auto m = std::make_unique<Model>();
   auto phase = [&](const char* p, double progress) {
     std::lock_guard<std::mutex> lk(mu_);

@@ -56,7 +56,8 @@ class Worker {
     EngineOptions engine;
     std::string chat_template_file;  // replaces the checkpoint's template when set
     size_t max_queue = 64;           // waiting jobs; more are refused (429)
-    std::function<void()> before_job;  // test hook: runs on the worker before each job
+    std::function<void()> before_job;   // test hook: runs on the worker before each job
+    std::function<void()> before_load;  // test hook: runs on the worker before loading
   };
   enum class State { Loading, Ready, Failed, Stopped };
 
