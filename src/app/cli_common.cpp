@@ -34,6 +34,31 @@ EngineOptions EngineFlags::options() const {
   return o;
 }
 
+void SamplingFlags::add(CLI::App* cmd) {
+  cmd->add_option("--temp", temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--min-p", min_p, "drop tokens below min_p x the best probability")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--presence-penalty", presence, "OpenAI presence penalty")->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--frequency-penalty", frequency, "OpenAI frequency penalty")->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--repetition-penalty", repetition, "HF repetition penalty")->check(CLI::Range(0.01, 100.0));
+  cmd->add_option("--seed", seed, "random seed (reproducible sampling)")->check(CLI::Range(int64_t(0), INT64_MAX));
+  cmd->add_option("--stop", stop, "stop string (repeatable; never printed)");
+}
+
+SamplingParams SamplingFlags::params() const {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_p = top_p;
+  p.top_k = top_k;
+  p.min_p = min_p;
+  p.presence_penalty = presence;
+  p.frequency_penalty = frequency;
+  p.repetition_penalty = repetition;
+  if (seed >= 0) p.seed = uint64_t(seed);
+  return p;
+}
+
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
   size_t i = 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 
 namespace dq::app {
 
@@ -18,6 +19,16 @@ struct EngineFlags {
   int ctx = 4096;
   void add(CLI::App* cmd, bool model_required = true);
   EngineOptions options() const;
+};
+
+// Sampling flags shared by run and chat (--temp 0 = greedy, the default).
+struct SamplingFlags {
+  float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, presence = 0.0f, frequency = 0.0f, repetition = 1.0f;
+  int top_k = 0;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  void add(CLI::App* cmd);
+  SamplingParams params() const;
 };
 
 // "5,17,42" -> {5, 17, 42}; throws dq::Error naming the bad entry.

@@ -245,7 +245,8 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run_cli("score -m", &err), 2) << err;
   EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1,2 -n notanumber", &err), 2) << err;
   EXPECT_EQ(run_cli("nosuchcommand", &err), 2) << err;
-  for (const char* c : {"", "demo", "run", "score", "inspect", "bench", "make-model"})
+  for (const char* c : {"", "demo", "run", "score", "inspect", "bench", "make-model", "chat", "tokenize", "template",
+                        "perplexity"})
     EXPECT_EQ(run_cli(std::string(c) + " --help", &err), 0) << c << ": " << err;
 }
 
@@ -257,4 +258,24 @@ TEST(Cli, BadIdsAndBadValuesExitOne) {
   EXPECT_NE(err.find("token id 5000 (position 1) is out of range [0, 1024)"), std::string::npos) << err;
   EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 10 --ctx 4", &err), 1) << err;
   EXPECT_NE(err.find("context is full"), std::string::npos) << err;
+}
+
+TEST(Cli, TextCommands) {
+  const std::string demo = std::string(DQ_SOURCE_DIR) + "/models/demo-fortunes/mlx-4bit";
+  std::string out;
+  // stdout this time
+  FILE* p = popen((std::string(DQ_BUILD_DIR) + "/deltaq tokenize -m " + demo +
+                   " 'The best way to predict the future is'").c_str(), "r");
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0);
+  EXPECT_EQ(out, "[318,1034,708,282,725,67,736,263,1965,300]\n");
+  std::string err;
+  EXPECT_EQ(run_cli("chat -m " + demo + " </dev/null", &err), 1) << err;
+  EXPECT_NE(err.find("has no chat template"), std::string::npos) << err;
+  EXPECT_EQ(run_cli("tokenize -m " + kSrc + " hello", &err), 1) << err;  // no tokenizer.json there
+  EXPECT_NE(err.find("tokenizer.json"), std::string::npos) << err;
+  EXPECT_EQ(run_cli("run -m " + demo + " -p hi --temp -1", &err), 2) << err;
+  EXPECT_EQ(run_cli("run -m " + demo + " -p hi --ids 1", &err), 2) << err;  // one or the other
+  EXPECT_EQ(run_cli("template -m " + demo + " --messages /nonexistent.json", &err), 1) << err;
 }
