@@ -150,9 +150,10 @@ SseResult sse_post(int port, const std::string& path, const Json& body, const st
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
-  std::string buf;
+  std::string buf, raw;
   bool stop = false;
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
     buf.append(data, n);
     size_t p;
     while ((p = buf.find("\n\n")) != std::string::npos) {
@@ -177,7 +178,7 @@ SseResult sse_post(int port, const std::string& path, const Json& body, const st
   cli.send(req, res, err);
   out.status = res.status;
   if (err != httplib::Error::Success && !stop) out.error = httplib::to_string(err);
-  if (out.status != 200 && out.events.empty() && !res.body.empty()) out.events.push_back(Json::parse(res.body, nullptr, false));
+  if (out.status != 200 && out.events.empty()) out.events.push_back(Json::parse(raw + res.body, nullptr, false));
   return out;
 }
 
