@@ -1,4 +1,278 @@
+// AVX2 + FMA kernels: the reference evaluation order (ops/numerics.h) with 8-wide vectors, for
+// CPUs without AVX-512. Same scheme as kernels_avx512.cpp: a row's units (8 inputs) go to lane
+// u % 32; a block of 8 units (32 bytes) fills one ymm of words, whose lanes are canonical lanes
+// 8(b % 4) .. 8(b % 4) + 7, so a row keeps four accumulators. Nibble k (k < 7) is isolated with
+// one AND as the integer q * 2^(4k) (below 2^31, so the signed conversion is exact) and multiplies
+// x * 2^(-4k); nibble 7 is shifted down (q * 2^28 does not fit a signed int). BF16 rows gather the
+// weight pairs of 8 units with four 32-bit gathers per block.
 #include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/numerics.h"
+#include "ops/reference_impl.h"
+
+#define DQ_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
+
+namespace dq::cpu {
+
+namespace {
+
+constexpr int kBlockUnits = 8;
+constexpr int kBlockFloats = 8 * kBlockUnits;  // 64
+constexpr int kMaxGroups = 2048;
+
+int n_blocks(const Matrix& m) { return (m.cols / 8 + kBlockUnits - 1) / kBlockUnits; }
+
+bool handles(const Matrix& m) {
+  if (m.format == WFormat::Affine)
+    return m.bits == 4 && m.scale_dtype == DType::BF16 && m.cols / m.group_size <= kMaxGroups &&
+           (m.group_size == 32 || m.group_size == 64 || m.group_size == 128);
+  return m.format == WFormat::BF16;
+}
+
+size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
+
+// xp[b][k][m] = x[8(8b + m) + k] * 2^(-4k) for k < 7 (affine), x[...] otherwise; zero past the row.
+bool prepare(const Matrix& m, const float* x, float* xp) {
+  const int U = m.cols / 8, NB = n_blocks(m);
+  const bool affine = m.format == WFormat::Affine;
+  bool exact = true;
+  for (int b = 0; b < NB; ++b)
+    for (int k = 0; k < 8; ++k) {
+      const float scale = affine && k < 7 ? num::pow2i(-4 * k) : 1.0f;
+      for (int l = 0; l < kBlockUnits; ++l) {
+        int u = b * kBlockUnits + l;
+        float v = u < U ? x[8 * u + k] : 0.0f;
+        if (affine && k < 7 && v != 0.0f && std::fabs(v) < 0x1p-98f) exact = false;
+        xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = v * scale;
+      }
+    }
+  return exact;
+}
+
+DQ_AVX2 inline __m256i lane_mask(int valid) {  // all ones in lanes < valid
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), idx);
+}
+
+// lanes 0..31 in four vectors; the canonical butterfly.
+DQ_AVX2 inline float butterfly(__m256 a, __m256 b, __m256 c, __m256 d) {
+  __m256 lo = _mm256_add_ps(a, c);  // lanes 0-7 + 16-23
+  __m256 hi = _mm256_add_ps(b, d);  // lanes 8-15 + 24-31
+  __m256 s = _mm256_add_ps(lo, hi); // m = 8
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // m = 4
+  __m128 r = _mm_add_ps(q, _mm_movehl_ps(q, q));                                   // m = 2
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));                   // m = 1
+}
+
+DQ_AVX2 inline __m256 bf16x8_to_ps(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+DQ_AVX2 inline __m128i load_u16x8(const uint16_t* p, int n) {  // n of 8 values, zero past
+  if (n >= 8) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  alignas(16) uint16_t t[8] = {};
+  std::memcpy(t, p, sizeof(uint16_t) * std::max(n, 0));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+}
+
+template <int GS>
+DQ_AVX2 inline __m256i group_index() {  // lane -> group offset within a block: 8m / GS
+  return _mm256_setr_epi32(0, 8 / GS, 16 / GS, 24 / GS, 32 / GS, 40 / GS, 48 / GS, 56 / GS);
+}
+
+template <int R, int NT, int GS>
+DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
+  const Matrix& m = *t.m;
+  const int K = m.cols, U = K / 8, NB = n_blocks(m), G = K / GS;
+  const __m256i idx = group_index<GS>();
+  const auto* W0 = static_cast<const uint32_t*>(m.w->ptr);
+  const auto* S0 = static_cast<const uint16_t*>(m.scales->ptr);
+  const auto* B0 = static_cast<const uint16_t*>(m.biases->ptr);
+  alignas(32) float sbuf[R][kMaxGroups + 8];
+  for (int r = r0; r + R <= r1; r += R) {
+    const uint32_t* W[R];
+    for (int i = 0; i < R; ++i) {
+      W[i] = W0 + size_t(r + i) * U;
+      const uint16_t* S = S0 + size_t(r + i) * G;
+      for (int g = 0; g < G; g += 8) _mm256_store_ps(&sbuf[i][g], bf16x8_to_ps(load_u16x8(S + g, G - g)));
+    }
+    __m256 acc[4][R][NT];
+    for (int h = 0; h < 4; ++h)
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < NT; ++j) acc[h][i][j] = _mm256_setzero_ps();
+    // Four blocks at a time (one per accumulator), interleaved for independent fma chains.
+    for (int b0 = 0; b0 < NB; b0 += 4) {
+      const int nb = std::min(4, NB - b0);
+#pragma GCC unroll 4
+      for (int h = 0; h < 4; ++h) {
+        if (h >= nb) break;
+        const int b = b0 + h;
+        const int valid = U - b * kBlockUnits;
+        const __m256i mk = lane_mask(valid);
+        __m256i w[R];
+        __m256 p[R][NT];
+        for (int i = 0; i < R; ++i) {
+          w[i] = _mm256_maskload_epi32(reinterpret_cast<const int*>(W[i] + b * kBlockUnits), mk);
+          for (int j = 0; j < NT; ++j) p[i][j] = _mm256_setzero_ps();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          __m256 xv[NT];
+          for (int j = 0; j < NT; ++j) xv[j] = _mm256_loadu_ps(t.x[j] + size_t(b) * kBlockFloats + k * kBlockUnits);
+          for (int i = 0; i < R; ++i) {
+            __m256i qi = k < 7 ? _mm256_and_si256(w[i], _mm256_set1_epi32(int32_t(0xFu << (4 * k))))
+                               : _mm256_srli_epi32(w[i], 28);
+            __m256 q = _mm256_cvtepi32_ps(qi);
+            for (int j = 0; j < NT; ++j) p[i][j] = _mm256_fmadd_ps(q, xv[j], p[i][j]);
+          }
+        }
+        const __m256 keep = _mm256_castsi256_ps(mk);
+        for (int i = 0; i < R; ++i) {
+          const __m256 sv = GS >= 64 ? _mm256_set1_ps(sbuf[i][b * kBlockFloats / GS])
+                                     : _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sbuf[i][b * kBlockFloats / GS]), idx);
+          for (int j = 0; j < NT; ++j)
+            acc[h][i][j] = _mm256_blendv_ps(acc[h][i][j], _mm256_fmadd_ps(sv, p[i][j], acc[h][i][j]), keep);
+        }
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const uint16_t* B = B0 + size_t(r + i) * G;
+      for (int j = 0; j < NT; ++j) {
+        __m256 bacc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int g = 0; g < G; g += 8) {
+          const __m256 keep = _mm256_castsi256_ps(lane_mask(G - g));
+          __m256 bv = bf16x8_to_ps(load_u16x8(B + g, G - g));
+          __m256 xg = _mm256_maskload_ps(t.xg[j] + g, lane_mask(G - g));
+          __m256& a = bacc[(g / 8) & 3];
+          a = _mm256_blendv_ps(a, _mm256_fmadd_ps(bv, xg, a), keep);
+        }
+        float v = butterfly(_mm256_add_ps(acc[0][i][j], bacc[0]), _mm256_add_ps(acc[1][i][j], bacc[1]),
+                            _mm256_add_ps(acc[2][i][j], bacc[2]), _mm256_add_ps(acc[3][i][j], bacc[3]));
+        float* y = t.y[j] + r + i;
+        *y = add ? *y + v : v;
+      }
+    }
+  }
+}
+
+template <int R, int NT>
+DQ_AVX2 void affine4_dispatch(const MatTask& t, int r0, int r1, bool add) {
+  switch (t.m->group_size) {
+    case 32: return affine4_rows<R, NT, 32>(t, r0, r1, add);
+    case 64: return affine4_rows<R, NT, 64>(t, r0, r1, add);
+    default: return affine4_rows<R, NT, 128>(t, r0, r1, add);
+  }
+}
+
+// BF16 weights: for each block of 8 units, four gathers of 32-bit pairs (inputs 2p, 2p+1 of
+// every unit), split into the low and high halves.
+template <int NT>
+DQ_AVX2 void bf16_rows(const MatTask& t, int r0, int r1, bool add) {
+  const Matrix& m = *t.m;
+  const int K = m.cols, U = K / 8, NB = n_blocks(m);
+  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  for (int r = r0; r < r1; ++r) {
+    const uint16_t* wrow = static_cast<const uint16_t*>(m.w->ptr) + size_t(r) * K;
+    __m256 acc[4][NT];
+    for (int h = 0; h < 4; ++h)
+      for (int j = 0; j < NT; ++j) acc[h][j] = _mm256_setzero_ps();
+    for (int b = 0; b < NB; ++b) {
+      const int valid = U - b * kBlockUnits;
+      const __m256i mk = lane_mask(valid);
+      const int* base = reinterpret_cast<const int*>(wrow + size_t(b) * kBlockFloats);
+      __m256 p[NT];
+      for (int j = 0; j < NT; ++j) p[j] = _mm256_setzero_ps();
+      for (int pr = 0; pr < 4; ++pr) {
+        const __m256i gidx = _mm256_add_epi32(_mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), _mm256_set1_epi32(pr));
+        const __m256i d = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base, gidx, mk, 4);
+        const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+        const __m256 hi = _mm256_castsi256_ps(_mm256_and_si256(d, hi_mask));
+        for (int j = 0; j < NT; ++j) {
+          p[j] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(t.x[j] + size_t(b) * kBlockFloats + (2 * pr) * kBlockUnits), p[j]);
+          p[j] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(t.x[j] + size_t(b) * kBlockFloats + (2 * pr + 1) * kBlockUnits), p[j]);
+        }
+      }
+      const __m256 keep = _mm256_castsi256_ps(mk);
+      for (int j = 0; j < NT; ++j) acc[b & 3][j] = _mm256_blendv_ps(acc[b & 3][j], _mm256_add_ps(acc[b & 3][j], p[j]), keep);
+    }
+    for (int j = 0; j < NT; ++j) {
+      float v = butterfly(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
+      float* y = t.y[j] + r;
+      *y = add ? *y + v : v;
+    }
+  }
+}
+
+DQ_AVX2 void rows(const MatTask& t, int r0, int r1, bool add) {
+  const bool affine = t.m->format == WFormat::Affine;
+  if (t.nt == 1) {
+    if (!affine) return bf16_rows<1>(t, r0, r1, add);
+    int r4 = r0 + (r1 - r0) / 4 * 4;
+    affine4_dispatch<4, 1>(t, r0, r4, add);
+    affine4_dispatch<1, 1>(t, r4, r1, add);
+    return;
+  }
+  MatTask one = t;
+  int j = 0;
+  for (; j + 4 <= t.nt; j += 4) {
+    for (int i = 0; i < 4; ++i) one.x[i] = t.x[j + i], one.xg[i] = t.xg[j + i], one.y[i] = t.y[j + i];
+    affine ? affine4_dispatch<1, 4>(one, r0, r1, add) : bf16_rows<4>(one, r0, r1, add);
+  }
+  for (; j < t.nt; ++j) {
+    one.x[0] = t.x[j], one.xg[0] = t.xg[j], one.y[0] = t.y[j];
+    affine ? affine4_dispatch<1, 1>(one, r0, r1, add) : bf16_rows<1>(one, r0, r1, add);
+  }
+}
+
+DQ_AVX2 void swiglu_rows(const MatTask& g, const Matrix& up, int r0, int r1) {
+  float gb[kMaxTile][64], ub[kMaxTile][64];
+  for (int rb = r0; rb < r1; rb += 64) {
+    const int re = std::min(r1, rb + 64);
+    MatTask tg = g, tu = g;
+    tu.m = &up;
+    for (int j = 0; j < g.nt; ++j) tg.y[j] = gb[j] - rb, tu.y[j] = ub[j] - rb;
+    rows(tg, rb, re, false);
+    rows(tu, rb, re, false);
+    for (int j = 0; j < g.nt; ++j)
+      for (int r = rb; r < re; ++r) g.y[j][r] = num::silu(gb[j][r - rb]) * ub[j][r - rb];
+  }
+}
+
+DQ_AVX2 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) { num::rmsnorm(x, w, n, eps, out); }
+
+DQ_AVX2 void gdn_prep(const op::GdnCore& o, int t, float* u, float* qn, float* kn) {
+  ref::gdn_conv(o, t, u);
+  ref::gdn_qk_norm(o, u, qn, kn);
+}
+
+DQ_AVX2 void attn_append(const op::AttnCore& o, int t) { ref::attn_append_kv(o, t); }
+
+DQ_AVX2 void gdn_heads(const op::GdnCore& o, int t, int h0, int h1, const float* u, const float* qn, const float* kn) {
+  for (int h = h0; h < h1; ++h) ref::gdn_head(o, t, h, u, qn, kn);
+}
+
+DQ_AVX2 void attn_heads(const op::AttnCore& o, int t, int h0, int h1) {
+  for (int h = h0; h < h1; ++h) ref::attn_head(o, t, h);
+}
+
+const KernelSet kAvx2 = {"avx2",  handles,  prepared_size, prepare,   rows,      swiglu_rows,
+                         rmsnorm, gdn_prep, attn_append,   gdn_heads, attn_heads};
+
+}  // namespace
+
+const KernelSet* avx2_kernels() { return &kAvx2; }
+
+}  // namespace dq::cpu
+
+#else
 namespace dq::cpu {
 const KernelSet* avx2_kernels() { return nullptr; }
 }  // namespace dq::cpu
+#endif
