@@ -5,8 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "core/mapped_file.h"
+#include "format/checkpoint.h"
 #include "format/safetensors.h"
 #include "runtime/engine.h"
 
@@ -186,5 +190,56 @@ TEST(Fixtures, SameLogitsBytesForEveryThreadCountAndKernelSet) {
             << dir << " kernels " << cpu_kernels_name(k) << " threads " << t;
       }
     }
+  }
+}
+
+namespace {
+// A copy of a fixture folder whose config unties the head and whose shards gain a head tensor
+// (the embedding's own bytes, or, when `random` is set, other bytes of the same shape).
+std::string untied_copy(const std::string& src, const std::string& head_module, bool random) {
+  namespace fs = std::filesystem;
+  const std::string dir = std::string(::testing::TempDir()) + "/untied-" + fs::path(src).filename().string() +
+                          (random ? "-random" : "-copy");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto st = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<TensorToWrite> ts;
+  std::vector<std::vector<uint8_t>> keep;
+  for (const TensorInfo& t : st->tensors()) ts.push_back({t.name, t.dtype, t.shape, t.data, t.nbytes});
+  const std::string embed = Checkpoint::open(src).refs().embed.module;
+  for (const char* part : {".weight", ".scales", ".biases"}) {
+    const TensorInfo* t = st->find(embed + part);
+    if (!t) continue;
+    keep.emplace_back(t->data, t->data + t->nbytes);
+    if (random && std::string(part) == ".weight")
+      for (size_t i = 0; i < keep.back().size(); ++i) keep.back()[i] = uint8_t((i * 2654435761u) >> 13);
+    ts.push_back({head_module + part, t->dtype, t->shape, keep.back().data(), keep.back().size()});
+  }
+  write_safetensors(dir + "/model.safetensors", ts);
+  std::string cfg = read_text_file(src + "/config.json");
+  for (size_t at; (at = cfg.find("\"tie_word_embeddings\": true")) != std::string::npos;)
+    cfg.replace(at, 27, "\"tie_word_embeddings\": false");
+  std::ofstream(dir + "/config.json") << cfg;
+  return dir;
+}
+}  // namespace
+
+TEST(Fixtures, UntiedHeadIsUsed) {
+  for (auto [src, head] : {std::pair<std::string, std::string>{kData + "/tiny-q4", "language_model.lm_head"},
+                           {kData + "/tiny-hf16", "lm_head"}}) {
+    std::vector<int32_t> ids = some_ids(20, 1024, 5);
+    std::vector<float> tied = score_with(src, ids, {});
+    const std::string same = untied_copy(src, head, false), other = untied_copy(src, head, true);
+    ASSERT_FALSE(Checkpoint::open(same).refs().tied);
+    // The head holding the embedding's bytes gives the tied model's logits exactly ...
+    std::vector<float> a = score_with(same, ids, {});
+    EXPECT_EQ(std::memcmp(a.data(), tied.data(), a.size() * 4), 0) << src;
+    // ... and other bytes give other logits (on every kernel set alike).
+    std::vector<float> b = score_with(other, ids, {});
+    EXPECT_NE(std::memcmp(b.data(), tied.data(), b.size() * 4), 0) << src;
+    EngineOptions ref;
+    ref.cpu_kernels = CpuKernels::Reference;
+    std::vector<float> c = score_with(other, ids, ref);
+    EXPECT_EQ(std::memcmp(b.data(), c.data(), b.size() * 4), 0) << src;
   }
 }
