@@ -15,7 +15,7 @@ namespace dq::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;  // warps per block
+constexpr int kWarps = 8;  // warps per block (the default variant)
 
 __device__ __forceinline__ float load_scale(const void* p, int i, SDt t) {
   if (t == SDt::BF16) return __uint_as_float(uint32_t(__ldg(static_cast<const unsigned short*>(p) + i)) << 16);
@@ -199,7 +199,11 @@ __device__ __forceinline__ void rows_pair(const MatDev& ma, int ra, const MatDev
 // squares in lane order) and makes the group sums.
 // Work items are row pairs when the launch has rows enough to keep every SM busy with pairs
 // (`pair`), else single rows (more warps in flight for small matrices).
-__global__ void __launch_bounds__(kWarps * 32) project_kernel(ProjectArgs a, int gs, int pair) {
+// Variants (the kernel lab): WARPS per block and MINB blocks per SM for the register budget
+// (launch bounds). Every variant computes the same bits.
+template <int WARPS, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a, int gs, int pair) {
+  constexpr int kWarps = WARPS;
   extern __shared__ float4 smem4[];
   const int K = a.K, U = K / 8;
   float4* xa = smem4;
@@ -340,15 +344,25 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
   // split x [K] | group sums [K/8 + 4, enough for any group size] | raw x [K]
   const size_t smem = size_t(a.K) * 4 + size_t(a.K / 8 + 4) * 4 + size_t(a.K) * 4;
+  // DELTAQ_MV_VARIANT: 3 = 8 warps, registers for 3 blocks/SM (default); 0 = 8 warps, no register
+  // cap; 1 = 8 warps, registers for 4 blocks/SM; 2 = 4 warps per block.
+  static const int variant = std::getenv("DELTAQ_MV_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_VARIANT")) : 3;
   static bool attr_set = false;
   if (!attr_set) {
-    DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<8, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
+  const int kWarps = variant == 2 ? 4 : 8;
   // One wave of blocks (up to 3 fit per SM) for ordinary sizes; the huge head takes 8 per SM.
   const int bps = blocks_per_sm > 0 ? blocks_per_sm : (total > 64 * num_sms * kWarps ? 8 : 2);
   const int blocks = std::max(1, std::min((total + kWarps - 1) / kWarps, num_sms * bps));
-  launch_kernel(project_kernel, blocks, kWarps * 32, smem, s, a, gs, pair);
+  if (variant == 1) launch_kernel(project_kernel<8, 4>, blocks, 8 * 32, smem, s, a, gs, pair);
+  else if (variant == 2) launch_kernel(project_kernel<4, 1>, blocks, 4 * 32, smem, s, a, gs, pair);
+  else if (variant == 3) launch_kernel(project_kernel<8, 3>, blocks, 8 * 32, smem, s, a, gs, pair);
+  else launch_kernel(project_kernel<8, 1>, blocks, 8 * 32, smem, s, a, gs, pair);
 }
 
 }  // namespace dq::cuda
