@@ -17,12 +17,12 @@ namespace {
 
 // One server for most tests: the demo model with the Qwen3 chat template.
 TestServer& shared() {
-  static TestServer* s = [] {
+  static std::unique_ptr<TestServer> s = [] {
     ServerOptions o = default_options(make_model_dir(qwen3_template()));
     o.max_body_bytes = 64 * 1024;
     o.engine.max_ctx = 512;
     o.max_tokens = 400;
-    return new TestServer(o);
+    return std::make_unique<TestServer>(o);
   }();
   return *s;
 }
