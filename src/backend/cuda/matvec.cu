@@ -344,9 +344,10 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
   // split x [K] | group sums [K/8 + 4, enough for any group size] | raw x [K]
   const size_t smem = size_t(a.K) * 4 + size_t(a.K / 8 + 4) * 4 + size_t(a.K) * 4;
-  // DELTAQ_MV_VARIANT: 3 = 8 warps, registers for 3 blocks/SM (default); 0 = 8 warps, no register
-  // cap; 1 = 8 warps, registers for 4 blocks/SM; 2 = 4 warps per block.
-  static const int variant = std::getenv("DELTAQ_MV_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_VARIANT")) : 3;
+  // DELTAQ_MV_VARIANT: 0 = 8 warps, no register cap; 1 = 8 warps, registers for 4 blocks/SM;
+  // 2 = 4 warps per block; 3 = 8 warps, registers for 3 blocks/SM. Default (measured, docs/bench.md):
+  // 0 for ordinary products, 1 for the huge output head (more warps in flight on a long stream).
+  static const int forced = std::getenv("DELTAQ_MV_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_VARIANT")) : -1;
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
@@ -355,6 +356,10 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<8, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
+  int rows_all = 0;
+  for (int i = 0; i < a.n; ++i) rows_all += a.m[i].rows;
+  const bool huge = rows_all > 2 * 64 * num_sms * 8;
+  const int variant = forced >= 0 ? forced : huge ? 1 : 0;
   const int kWarps = variant == 2 ? 4 : 8;
   // One wave of blocks (up to 3 fit per SM) for ordinary sizes; the huge head takes 8 per SM.
   const int bps = blocks_per_sm > 0 ? blocks_per_sm : (total > 64 * num_sms * kWarps ? 8 : 2);
