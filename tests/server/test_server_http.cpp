@@ -363,8 +363,14 @@ TEST(ServerHttp, RequestTimeout) {
 TEST(ServerHttp, MetricsAndModels) {
   const int port = shared().port();
   http(port, "GET", "/v1/models");
-  HttpResult m = http(port, "GET", "/metrics");
-  ASSERT_EQ(m.status, 200);
+  // A request is counted just after its response is written: poll briefly.
+  HttpResult m;
+  for (int i = 0; i < 100; ++i) {
+    m = http(port, "GET", "/metrics");
+    ASSERT_EQ(m.status, 200);
+    if (m.body.find("endpoint=\"/v1/models\",status=\"200\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   for (const char* s : {"deltaq_requests_total{endpoint=\"/v1/models\",status=\"200\"}", "deltaq_prompt_tokens_total",
                         "deltaq_completion_tokens_total", "deltaq_queue_depth", "deltaq_requests_running",
                         "deltaq_generation_tokens_per_second", "deltaq_request_duration_seconds_bucket"})
