@@ -1,5 +1,9 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -67,6 +71,42 @@ std::string random_hex(size_t n) {
   return s.substr(0, n);
 }
 
+// httplib 0.11 gives a plain handler no handle on its connection. The connection's socket is found
+// by its two ports (this thread serves it, so it stays open while the handler runs) to notice a
+// client that hangs up while it waits for a non-streamed answer. -1 when not found.
+int connection_fd(const Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long fd = std::strtol(e->d_name, &end, 10);
+    if (*end || end == e->d_name || fd == dirfd(d)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    auto port_of = [](const sockaddr_storage& a) {
+      if (a.ss_family == AF_INET) return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
+      if (a.ss_family == AF_INET6) return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
+      return -1;
+    };
+    if (port_of(local) == req.local_port && port_of(peer) == req.remote_port) {
+      found = int(fd);
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// True once the peer has closed its side (or the socket failed). Pipelined data is not a hang-up.
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 std::string folder_name(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   size_t p = dir.rfind('/');
@@ -107,7 +147,7 @@ struct Server::Impl {
   void ensure_ready() const;
   bool authorized(const Request& req) const;
   void handle_generation(const Request& req, Response& res, bool chat);
-  void respond(Response& res, const std::shared_ptr<Job>& job, Reply reply);
+  void respond(const Request& req, Response& res, const std::shared_ptr<Job>& job, Reply reply);
   Json chunk(const Reply& r, Json choice) const;
   Json final_json(const Reply& r, const GenerateResult& g) const;
   void tokenize(const Request& req, Response& res);
@@ -236,7 +276,7 @@ void Server::Impl::handle_generation(const Request& req, Response& res, bool cha
     throw_api(429, fmt::format("the server is busy: {} requests are already waiting (--max-queue)", opt.max_queue), {},
               "queue_full", "rate_limit_error");
   }
-  respond(res, job, std::move(reply));
+  respond(req, res, job, std::move(reply));
 }
 
 Json Server::Impl::chunk(const Reply& r, Json choice) const {
@@ -279,17 +319,21 @@ Json Server::Impl::final_json(const Reply& r, const GenerateResult& g) const {
   return j;
 }
 
-void Server::Impl::respond(Response& res, const std::shared_ptr<Job>& job, Reply reply) {
+void Server::Impl::respond(const Request& req, Response& res, const std::shared_ptr<Job>& job, Reply reply) {
   if (!reply.stream) {
-    // Waits for the result. A client that disconnects meanwhile is not noticed (httplib 0.11 gives a
-    // plain handler no view of its connection); the request timeout bounds the work.
+    // Waits for the result, watching the connection: a client that hangs up cancels its job.
+    const int fd = connection_fd(req);
     std::unique_lock<std::mutex> lk(job->mu);
     while (!job->finished) {
       if (Clock::now() >= job->deadline) {
         job->cancelled = true;
         throw_api(504, "the request timed out (--request-timeout)", {}, "timeout", "server_error");
       }
-      job->cv.wait_for(lk, std::chrono::milliseconds(250));
+      if (peer_closed(fd)) {
+        job->cancelled = true;
+        throw_api(499, "the client closed the connection", {}, "client_closed");
+      }
+      job->cv.wait_for(lk, std::chrono::milliseconds(100));
     }
     if (job->error) throw *job->error;
     send_json(res, 200, final_json(reply, job->result));

@@ -337,6 +337,24 @@ TEST(ServerHttp, ClientDisconnectCancelsTheGeneration) {
   EXPECT_TRUE(healthy(port));
 }
 
+TEST(ServerHttp, ClientDisconnectCancelsANonStreamedGeneration) {
+  ServerOptions o = default_options(make_model_dir(qwen3_template()));
+  TestServer srv(o);
+  const int port = srv.port();
+  const std::string body = Json{{"prompt", "Hello"}, {"max_tokens", 4000}, {"ignore_eos", true}}.dump();
+  // The client waits 300 ms for an answer that takes seconds, then hangs up.
+  HttpResult r = raw_http(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body, 300);
+  EXPECT_EQ(r.status, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  while (metric(port, "deltaq_jobs_total{outcome=\"cancelled\"}") < 1) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the generation was not cancelled";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LT(metric(port, "deltaq_completion_tokens_total"), 3000);
+  EXPECT_TRUE(healthy(port));
+}
+
 TEST(ServerHttp, RequestTimeout) {
   Gate gate;
   ServerOptions o = default_options(make_model_dir(qwen3_template()));
