@@ -280,39 +280,9 @@ DQ_AVX512 void rows(const MatTask& t, int r0, int r1, bool add) {
   }
 }
 
-DQ_AVX512 void swiglu_rows(const MatTask& g, const Matrix& up, int r0, int r1) {
-  // gate and up products into small buffers, then the activation (same rounding as reference).
-  float gb[kMaxTile][64], ub[kMaxTile][64];
-  for (int rb = r0; rb < r1; rb += 64) {
-    const int re = std::min(r1, rb + 64);
-    MatTask tg = g, tu = g;
-    tu.m = &up;
-    for (int j = 0; j < g.nt; ++j) tg.y[j] = gb[j] - rb, tu.y[j] = ub[j] - rb;
-    rows(tg, rb, re, false);
-    rows(tu, rb, re, false);
-    for (int j = 0; j < g.nt; ++j)
-      for (int r = rb; r < re; ++r) g.y[j][r] = num::silu(gb[j][r - rb]) * ub[j][r - rb];
-  }
-}
-
-DQ_AVX512 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
-  num::rmsnorm(x, w, n, eps, out);
-}
-
-DQ_AVX512 void gdn_prep(const op::GdnCore& o, int t, float* u, float* qn, float* kn) {
-  ref::gdn_conv(o, t, u);
-  ref::gdn_qk_norm(o, u, qn, kn);
-}
-
-DQ_AVX512 void attn_append(const op::AttnCore& o, int t) { ref::attn_append_kv(o, t); }
-
-DQ_AVX512 void gdn_heads(const op::GdnCore& o, int t, int h0, int h1, const float* u, const float* qn, const float* kn) {
-  for (int h = h0; h < h1; ++h) ref::gdn_head(o, t, h, u, qn, kn);
-}
-
-DQ_AVX512 void attn_heads(const op::AttnCore& o, int t, int h0, int h1) {
-  for (int h = h0; h < h1; ++h) ref::attn_head(o, t, h);
-}
+#define DQ_TARGET DQ_AVX512
+#include "backend/cpu/kernels_ref_wrappers.inc"
+#undef DQ_TARGET
 
 const KernelSet kAvx512 = {"avx512",    handles,   prepared_size, prepare,   rows,      swiglu_rows,
                            rmsnorm,     gdn_prep,  attn_append,   gdn_heads, attn_heads};

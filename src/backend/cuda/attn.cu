@@ -9,18 +9,6 @@ namespace dq::cuda {
 
 namespace {
 
-__device__ float block_sum_squares(const float* x, int n, float* slot) {
-  if (threadIdx.x < 32) {
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < n; j += 32) ss = fmaf(x[j], x[j], ss);
-    ss = warp_butterfly(ss);
-    if (threadIdx.x == 0) *slot = ss;
-  }
-  __syncthreads();
-  float v = *slot;
-  __syncthreads();
-  return v;
-}
 
 // x[0..hd) = rmsnorm(src) * w, then rotary on the first `rot` dims (numerics.h rope), in smem.
 // src is first copied to x with independent loads; the sum of squares then reads shared memory.

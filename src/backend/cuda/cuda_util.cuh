@@ -59,4 +59,19 @@ __device__ __forceinline__ float warp_butterfly(float v) {
   return v;
 }
 
+// Sum of squares of x[0..n) in the canonical lane order (lane = index mod 32, then the
+// butterfly), by warp 0; every thread of the block gets the result. x may be shared memory.
+__device__ __forceinline__ float block_sum_squares(const float* x, int n, float* slot) {
+  if (threadIdx.x < 32) {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < n; j += 32) ss = fmaf(x[j], x[j], ss);
+    ss = warp_butterfly(ss);
+    if (threadIdx.x == 0) *slot = ss;
+  }
+  __syncthreads();
+  float v = *slot;
+  __syncthreads();
+  return v;
+}
+
 }  // namespace dq::cuda

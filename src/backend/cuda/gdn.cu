@@ -27,19 +27,6 @@ __global__ void conv_kernel(GdnArgs a) {
   }
 }
 
-// Sum of squares in the canonical lane order, by warp 0; the result is returned to every thread.
-__device__ float block_sum_squares(const float* x, int n, float* slot) {
-  if (threadIdx.x < 32) {
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < n; j += 32) ss = fmaf(x[j], x[j], ss);
-    ss = warp_butterfly(ss);
-    if (threadIdx.x == 0) *slot = ss;
-  }
-  __syncthreads();
-  float v = *slot;
-  __syncthreads();
-  return v;
-}
 
 template <bool SMEM_STATE>
 __global__ void head_kernel(GdnArgs a) {
