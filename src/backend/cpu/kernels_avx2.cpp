@@ -119,7 +119,9 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
         __m256i w[R];
         __m256 p[R][NT];
         for (int i = 0; i < R; ++i) {
-          w[i] = _mm256_maskload_epi32(reinterpret_cast<const int*>(W[i] + b * kBlockUnits), mk);
+          // vpmaskmovd is slow on some CPUs (AMD): a plain load for every full block.
+          w[i] = valid >= kBlockUnits ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(W[i] + b * kBlockUnits))
+                                      : _mm256_maskload_epi32(reinterpret_cast<const int*>(W[i] + b * kBlockUnits), mk);
           for (int j = 0; j < NT; ++j) p[i][j] = _mm256_setzero_ps();
         }
 #pragma GCC unroll 8
@@ -149,7 +151,7 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
         for (int g = 0; g < G; g += 8) {
           const __m256 keep = _mm256_castsi256_ps(lane_mask(G - g));
           __m256 bv = bf16x8_to_ps(load_u16x8(B + g, G - g));
-          __m256 xg = _mm256_maskload_ps(t.xg[j] + g, lane_mask(G - g));
+          __m256 xg = G - g >= 8 ? _mm256_loadu_ps(t.xg[j] + g) : _mm256_maskload_ps(t.xg[j] + g, lane_mask(G - g));
           __m256& a = bacc[(g / 8) & 3];
           a = _mm256_blendv_ps(a, _mm256_fmadd_ps(bv, xg, a), keep);
         }
@@ -191,7 +193,8 @@ DQ_AVX2 void bf16_rows(const MatTask& t, int r0, int r1, bool add) {
       for (int j = 0; j < NT; ++j) p[j] = _mm256_setzero_ps();
       for (int pr = 0; pr < 4; ++pr) {
         const __m256i gidx = _mm256_add_epi32(_mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), _mm256_set1_epi32(pr));
-        const __m256i d = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base, gidx, mk, 4);
+        const __m256i d = valid >= kBlockUnits ? _mm256_i32gather_epi32(base, gidx, 4)
+                                               : _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base, gidx, mk, 4);
         const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
         const __m256 hi = _mm256_castsi256_ps(_mm256_and_si256(d, hi_mask));
         for (int j = 0; j < NT; ++j) {
