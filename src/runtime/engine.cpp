@@ -107,7 +107,7 @@ int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logi
   int32_t next = 0;
   for (size_t i = 0; i < ids.size(); i += act_.max_tokens) {
     int n = int(std::min<size_t>(act_.max_tokens, ids.size() - i));
-    if (n == 1) return step(ids[i], last_logits);
+    if (n == 1 && i + 1 == ids.size()) return step(ids[i], last_logits);  // the recorded step
     write_tokens(act_, ids.subspan(i, n));
     model_->forward(*q_, state_, act_, n, false, act1_.tokens);
     q_->go(op::Read{act_.next.buf, 0, 4, &next});

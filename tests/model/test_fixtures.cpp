@@ -243,3 +243,17 @@ TEST(Fixtures, UntiedHeadIsUsed) {
     EXPECT_EQ(std::memcmp(b.data(), c.data(), b.size() * 4), 0) << src;
   }
 }
+
+TEST(Fixtures, FeedWithOneTokenChunks) {
+  // A prefill cut into chunks of one token (e.g. a tiny context) feeds every token.
+  const std::string dir = kData + "/tiny-q4";
+  std::vector<int32_t> ids = some_ids(9, 1024, 11);
+  EngineOptions one;
+  one.prefill_chunk = 1;
+  auto a = Engine::open(dir, one), b = Engine::open(dir);
+  std::vector<float> la, lb;
+  a->feed(ids, &la);
+  b->feed(ids, &lb);
+  EXPECT_EQ(a->position(), 9);
+  ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0);
+}
