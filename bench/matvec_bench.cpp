@@ -15,36 +15,14 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "ops/ops.h"
+#include "random_weights.h"
 
 using namespace dq;
 using clk = std::chrono::steady_clock;
+using bench::random_q4;
 
 namespace {
 
-Matrix random_q4(Backend& be, int rows, int cols, std::mt19937_64& rng) {
-  Matrix m;
-  m.format = WFormat::Affine;
-  m.rows = rows;
-  m.cols = cols;
-  m.bits = 4;
-  m.group_size = 64;
-  m.scale_dtype = DType::BF16;
-  const size_t wbytes = size_t(rows) * cols / 2, G = size_t(rows) * cols / 64;
-  m.w = be.alloc(wbytes, "w");
-  m.scales = be.alloc(G * 2, "s");
-  m.biases = be.alloc(G * 2, "b");
-  auto* w = static_cast<uint64_t*>(m.w->ptr);
-  for (size_t i = 0; i < wbytes / 8; ++i) w[i] = rng();
-  auto* s = static_cast<uint16_t*>(m.scales->ptr);
-  auto* b = static_cast<uint16_t*>(m.biases->ptr);
-  std::uniform_real_distribution<float> u(0.5f, 1.5f);
-  for (size_t g = 0; g < G; ++g) {
-    float sc = u(rng) * 0.005f * (rng() & 1 ? -1.f : 1.f);
-    s[g] = f32_to_bf16(sc);
-    b[g] = f32_to_bf16(-7.5f * sc);
-  }
-  return m;
-}
 
 struct Stage {
   std::vector<Matrix> mats;
