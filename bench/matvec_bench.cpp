@@ -21,16 +21,6 @@ using namespace dq;
 using clk = std::chrono::steady_clock;
 using bench::random_q4;
 
-namespace {
-
-
-struct Stage {
-  std::vector<Matrix> mats;
-  int in;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   std::string kernels = "auto";
   int threads = 0, reps = 10, cache_rows = 1024;
@@ -70,23 +60,9 @@ int main(int argc, char** argv) {
 
     if (reps == 0) return 0;
     // (2) one 2B decode step's products, streamed from memory.
-    const int H = 2048, I = 6144, C = 6144, VD = 2048, QG = 4096, KV = 512, V = 248320;
-    std::vector<Stage> stages;
+    const int I = bench::k2bInter, V = bench::k2bVocab;
+    std::vector<bench::Stage> stages = bench::qwen35_2b_step(*be, rng);
     size_t bytes = 0;
-    for (int l = 0; l < 24; ++l) {
-      bool full = (l + 1) % 4 == 0;
-      if (!full) {
-        stages.push_back({{random_q4(*be, C, H, rng), random_q4(*be, VD, H, rng), random_q4(*be, 16, H, rng),
-                           random_q4(*be, 16, H, rng)}, H});
-        stages.push_back({{random_q4(*be, H, VD, rng)}, VD});
-      } else {
-        stages.push_back({{random_q4(*be, QG, H, rng), random_q4(*be, KV, H, rng), random_q4(*be, KV, H, rng)}, H});
-        stages.push_back({{random_q4(*be, H, QG / 2, rng)}, QG / 2});
-      }
-      stages.push_back({{random_q4(*be, I, H, rng), random_q4(*be, I, H, rng)}, H});
-      stages.push_back({{random_q4(*be, H, I, rng)}, I});
-    }
-    stages.push_back({{random_q4(*be, V, H, rng)}, H});
     int products = 0;
     for (auto& st : stages)
       for (auto& m : st.mats) bytes += m.bytes(), ++products;

@@ -32,4 +32,31 @@ inline Matrix random_q4(Backend& be, int rows, int cols, std::mt19937_64& rng) {
   return m;
 }
 
+// The weight products of one Qwen3.5-2B decode step: 187 products in 97 stages (a stage is the
+// products that share one input), lm_head included.
+struct Stage {
+  std::vector<Matrix> mats;
+  int in;  // input length
+};
+constexpr int k2bHidden = 2048, k2bInter = 6144, k2bVocab = 248320;
+
+inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
+  const int H = k2bHidden, I = k2bInter, C = 6144, VD = 2048, QG = 4096, KV = 512;
+  std::vector<Stage> stages;
+  for (int l = 0; l < 24; ++l) {
+    if ((l + 1) % 4) {  // Gated DeltaNet layer
+      stages.push_back({{random_q4(be, C, H, rng), random_q4(be, VD, H, rng), random_q4(be, 16, H, rng),
+                         random_q4(be, 16, H, rng)}, H});
+      stages.push_back({{random_q4(be, H, VD, rng)}, VD});
+    } else {  // full attention layer
+      stages.push_back({{random_q4(be, QG, H, rng), random_q4(be, KV, H, rng), random_q4(be, KV, H, rng)}, H});
+      stages.push_back({{random_q4(be, H, QG / 2, rng)}, QG / 2});
+    }
+    stages.push_back({{random_q4(be, I, H, rng), random_q4(be, I, H, rng)}, H});
+    stages.push_back({{random_q4(be, H, I, rng)}, I});
+  }
+  stages.push_back({{random_q4(be, k2bVocab, H, rng)}, H});
+  return stages;
+}
+
 }  // namespace dq::bench

@@ -18,6 +18,7 @@
 using namespace dq;
 using clk = std::chrono::steady_clock;
 using bench::random_q4;
+using bench::Stage;
 
 namespace {
 
@@ -40,25 +41,8 @@ int main(int argc, char** argv) {
     auto be = make_backend(opt);
     auto q = be->make_queue();
     std::mt19937_64 rng(1);
-    const int H = 2048, I = 6144, C = 6144, VD = 2048, QG = 4096, KV = 512, V = 248320;
-    struct Stage {
-      std::vector<Matrix> mats;
-      int in;
-    };
-    std::vector<Stage> stages;
-    for (int l = 0; l < 24; ++l) {
-      if ((l + 1) % 4) {
-        stages.push_back({{random_q4(*be, C, H, rng), random_q4(*be, VD, H, rng), random_q4(*be, 16, H, rng),
-                           random_q4(*be, 16, H, rng)}, H});
-        stages.push_back({{random_q4(*be, H, VD, rng)}, VD});
-      } else {
-        stages.push_back({{random_q4(*be, QG, H, rng), random_q4(*be, KV, H, rng), random_q4(*be, KV, H, rng)}, H});
-        stages.push_back({{random_q4(*be, H, QG / 2, rng)}, QG / 2});
-      }
-      stages.push_back({{random_q4(*be, I, H, rng), random_q4(*be, I, H, rng)}, H});
-      stages.push_back({{random_q4(*be, H, I, rng)}, I});
-    }
-    stages.push_back({{random_q4(*be, V, H, rng)}, H});
+    const int I = bench::k2bInter, V = bench::k2bVocab;
+    std::vector<bench::Stage> stages = bench::qwen35_2b_step(*be, rng);
     size_t bytes = 0;
     int products = 0;
     for (auto& st : stages)
