@@ -9,7 +9,6 @@ namespace dq::cuda {
 
 namespace {
 
-
 // x[0..hd) = rmsnorm(src) * w, then rotary on the first `rot` dims (numerics.h rope), in smem.
 // src is first copied to x with independent loads; the sum of squares then reads shared memory.
 __device__ void norm_rope(const float* src, const float* w, int hd, int rot, float eps, const float* cs,

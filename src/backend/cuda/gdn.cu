@@ -27,7 +27,6 @@ __global__ void conv_kernel(GdnArgs a) {
   }
 }
 
-
 template <bool SMEM_STATE>
 __global__ void head_kernel(GdnArgs a) {
   pdl_trigger();
