@@ -37,6 +37,9 @@ struct ProjectArgs {
 };
 
 void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
+// The resident variant (matvec_resident.cu): all matrices 4-bit with group size gs and the
+// block's rows fitting in shared memory. Returns false (nothing launched) when it does not apply.
+bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s);
 
 struct EmbedArgs {
   MatDev table;
