@@ -7,6 +7,7 @@
 // (affine_dot: lane l takes units l, l+32, ...), so results equal the CPU's bit for bit.
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/q4.cuh"
@@ -16,41 +17,34 @@ namespace dq::cuda {
 
 namespace {
 
-// ---- bulk copies into shared memory, completed on an mbarrier (sm_90) ----------------------
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+
+// cp.async: 16 bytes per thread, many in flight per thread. (One bulk copy (TMA) per array
+// measured the same on the H200; this needs no mbarrier.)
+__device__ __forceinline__ void async_copy16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
-__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar) {  // phase 0 complete
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_addr(bar))
-      : "memory");
+__device__ __forceinline__ void async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Copies bytes from global to shared memory with all threads of the block: 16-byte cp.async
+// when both ends are 16-byte aligned and bytes % 16 == 0, else 2-byte loads and stores.
+__device__ __forceinline__ void stage_copy(void* dst, const void* src, uint32_t bytes) {
+  if ((reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0 && smem_addr(dst) % 16 == 0) {
+    for (uint32_t i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+      async_copy16(static_cast<unsigned char*>(dst) + 16 * i, static_cast<const unsigned char*>(src) + 16 * i);
+  } else {
+    for (uint32_t i = threadIdx.x; i < bytes / 2; i += blockDim.x)
+      static_cast<unsigned short*>(dst)[i] = __ldg(static_cast<const unsigned short*>(src) + i);
+  }
 }
 
-// A block's rows of one matrix, and where they sit in shared memory.
+// A block's rows of one matrix, and where they sit in shared memory (byte offsets: pointers
+// made from the shared array at the point of use compile to shared-memory loads).
 struct Seg {
   int m = 0, r0 = 0, n = 0;  // matrix, first row, rows
-  const uint32_t* w = nullptr;
-  const void* s = nullptr;
-  const void* b = nullptr;
+  uint32_t w = 0, s = 0, b = 0;
 };
 
 __device__ __forceinline__ float scale_at(const void* p, int i, SDt t) {
@@ -95,11 +89,62 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
   if (two) out_b = warp_butterfly(acc_b + bias_b);
 }
 
-template <int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) resident_kernel(ProjectArgs a, int gs, int items, int bulk_scales) {
+// The common case, specialised: bf16 scales, K a multiple of 2048 (whole chunks of 8 units
+// per lane, no bounds checks), power-of-two groups, always two rows (the caller may pass the
+// same row twice).
+__device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
+                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
+                                          int U, int G, int gs_shift, const float4* xa, const float4* xb,
+                                          const float* xg, int lane, float& out_a, float& out_b) {
+  float acc_a = 0.0f, acc_b = 0.0f;
+  for (int base = 0; base < U; base += 256) {
+    uint32_t va[8], vb[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      va[i] = wa[base + lane + 32 * i];
+      vb[i] = wb[base + lane + 32 * i];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int u = base + lane + 32 * i;
+      const float4 x0 = xa[u], x1 = xb[u];
+      const int g = (u * 8) >> gs_shift;
+      acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x0, x1), acc_a);
+      acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x0, x1), acc_b);
+    }
+  }
+  float bias_a = 0.0f, bias_b = 0.0f;
+  for (int g = lane; g < G; g += 32) {
+    bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
+    bias_b = fmaf(__uint_as_float(uint32_t(bb[g]) << 16), xg[g], bias_b);
+  }
+  out_a = warp_butterfly(acc_a + bias_a);
+  out_b = warp_butterfly(acc_b + bias_b);
+}
+
+// Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
+template <bool FAST>
+__device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
+                                         const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
+                                         int gs, SDt sdt, const float4* xa, const float4* xb, const float* xg,
+                                         int lane, float& out_a, float& out_b) {
+  if constexpr (FAST) {
+    using S = const unsigned short*;
+    if (!two) {
+      wb = wa;
+      sb = sa;
+      bb = ba;
+    }
+    dot2_fast(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane, out_a, out_b);
+  } else {
+    dot_rows(wa, sa, ba, wb, sb, bb, two, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, out_a, out_b);
+  }
+}
+
+template <int WARPS, int MINB, bool FAST>
+__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip) {
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ uint64_t bar;
-  __shared__ float s_r;
+  constexpr int kMax = ProjectArgs::kMax;
   const int K = a.K, U = K / 8, G = K / gs;
   const int gs_shift = a.m[0].gs_shift;
   const SDt sdt = a.m[0].sdt;
@@ -108,104 +153,85 @@ __global__ void __launch_bounds__(WARPS * 32) resident_kernel(ProjectArgs a, int
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // Shared memory: x split for conflict-free lane reads (xa[u] = x[8u..8u+3], xb[u] =
-  // x[8u+4..8u+7]), unit sums, group sums, then the block's weights.
+  // x[8u+4..8u+7]), unit sums, group sums, x as given (only when it is normalised here),
+  // then the block's weights.
   float4* xa = reinterpret_cast<float4*>(smem);
   float4* xb = xa + U;
   float* pu = reinterpret_cast<float*>(xb + U);
   float* xg = pu + U;
-  unsigned char* wbase = reinterpret_cast<unsigned char*>(xg + U);
-  wbase += (16 - reinterpret_cast<uintptr_t>(wbase) % 16) % 16;
+  float* raw = xg + U;
+  const uint32_t wbase = uint32_t(4 * (4 * U + 4 * U + U + U) + (a.norm ? 4 * K : 0));
 
   // This block's items: rows of the concatenated matrices (SwiGLU: gate row j with up row j).
   const int i0 = int(int64_t(blockIdx.x) * items / gridDim.x);
   const int i1 = int(int64_t(blockIdx.x + 1) * items / gridDim.x);
-  Seg seg[ProjectArgs::kMax];
+  Seg seg[kMax];
   int nseg = 0;
   if (swiglu) {
-    for (int m = 0; m < 2; ++m) seg[nseg++] = Seg{m, i0, i1 - i0};
+    seg[0] = Seg{0, i0, i1 - i0};
+    seg[1] = Seg{1, i0, i1 - i0};
+    nseg = 2;
   } else {
     int base = 0;
-    for (int m = 0; m < a.n; ++m) {
-      const int lo = max(i0, base), hi = min(i1, base + a.m[m].rows);
-      if (lo < hi) seg[nseg++] = Seg{m, lo - base, hi - lo};
-      base += a.m[m].rows;
-    }
+#pragma unroll
+    for (int m = 0; m < kMax; ++m)
+      if (m < a.n) {
+        const int lo = max(i0, base), hi = min(i1, base + a.m[m].rows);
+        seg[m] = Seg{m, max(lo - base, 0), max(hi - lo, 0)};
+        base += a.m[m].rows;
+      }
+    nseg = a.n;
   }
   const uint32_t wrow = uint32_t(K / 2), srow = uint32_t(G * sbytes);
   {
-    unsigned char* p = wbase;
-    for (int i = 0; i < nseg; ++i) {
-      seg[i].w = reinterpret_cast<const uint32_t*>(p);
-      p += seg[i].n * wrow;
-      seg[i].s = p;
-      p += (seg[i].n * srow + 15) / 16 * 16;
-      seg[i].b = p;
-      p += (seg[i].n * srow + 15) / 16 * 16;
-    }
+    uint32_t p = wbase;
+#pragma unroll
+    for (int i = 0; i < kMax; ++i)
+      if (i < nseg) {
+        seg[i].w = p;
+        p += seg[i].n * wrow;
+        seg[i].s = p;
+        p += (seg[i].n * srow + 15) / 16 * 16;
+        seg[i].b = p;
+        p += (seg[i].n * srow + 15) / 16 * 16;
+      }
   }
 
   pdl_trigger();
-  // Weights do not depend on earlier kernels: start their copies before the wait.
-  if (threadIdx.x == 0) {
-    mbar_init(&bar);
-    uint32_t total = 0;
-    for (int i = 0; i < nseg; ++i) total += seg[i].n * wrow + (bulk_scales ? 2 * seg[i].n * srow : 0);
-    mbar_expect_bytes(&bar, total);
-    for (int i = 0; i < nseg; ++i) {
+  // Nothing here depends on earlier kernels: the weight copies start, and the RMSNorm weight
+  // of this thread's unit comes into registers, before the wait.
+#pragma unroll
+  for (int i = 0; i < kMax; ++i)
+    if (i < nseg && seg[i].n > 0 && !(skip & 1)) {
       const MatDev& m = a.m[seg[i].m];
       const size_t r0 = size_t(seg[i].r0);
-      if (seg[i].n == 0) continue;
-      bulk_copy(const_cast<uint32_t*>(seg[i].w), static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow,
-                &bar);
-      if (bulk_scales) {
-        bulk_copy(const_cast<void*>(seg[i].s), static_cast<const unsigned char*>(m.s) + r0 * srow, seg[i].n * srow, &bar);
-        bulk_copy(const_cast<void*>(seg[i].b), static_cast<const unsigned char*>(m.b) + r0 * srow, seg[i].n * srow, &bar);
-      }
+      stage_copy(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow);
+      stage_copy(smem + seg[i].s, static_cast<const unsigned char*>(m.s) + r0 * srow, seg[i].n * srow);
+      stage_copy(smem + seg[i].b, static_cast<const unsigned char*>(m.b) + r0 * srow, seg[i].n * srow);
     }
-  }
-  if (!bulk_scales) {  // scale rows not 16-byte multiples: ordinary loads, 2 bytes at a time
-    for (int i = 0; i < nseg; ++i) {
-      const MatDev& m = a.m[seg[i].m];
-      const int n2 = seg[i].n * int(srow) / 2;
-      const unsigned short* gs_ = static_cast<const unsigned short*>(m.s) + size_t(seg[i].r0) * srow / 2;
-      const unsigned short* gb_ = static_cast<const unsigned short*>(m.b) + size_t(seg[i].r0) * srow / 2;
-      unsigned short* ds = static_cast<unsigned short*>(const_cast<void*>(seg[i].s));
-      unsigned short* db = static_cast<unsigned short*>(const_cast<void*>(seg[i].b));
-      for (int j = threadIdx.x; j < n2; j += blockDim.x) {
-        ds[j] = __ldg(gs_ + j);
-        db[j] = __ldg(gb_ + j);
-      }
-    }
+  const int u_own = threadIdx.x;  // the unit this thread stages (when U <= threads)
+  const bool own = U <= int(blockDim.x);
+  float4 nw0 = make_float4(0, 0, 0, 0), nw1 = nw0;
+  if (a.norm && own && u_own < U) {
+    nw0 = reinterpret_cast<const float4*>(a.norm)[2 * u_own];
+    nw1 = reinterpret_cast<const float4*>(a.norm)[2 * u_own + 1];
   }
   pdl_wait();
+  // Residual rows (ProjectAdd): this warp's first pair, loaded now, used after the products.
+  float y_first[2] = {0.0f, 0.0f};
+  if (a.epi == Epilogue::Add && lane == 0 && 2 * warp < seg[0].n) {
+    const float* y = a.m[seg[0].m].y + seg[0].r0;
+    y_first[0] = y[2 * warp];
+    if (2 * warp + 1 < seg[0].n) y_first[1] = y[2 * warp + 1];
+  }
 
   for (int t = 0; t < a.T; ++t) {
-    const float* x = a.x + size_t(t) * K;
-    // Canonical sum of squares (warp 0, lane = index mod 32) while the others stage x.
-    if (a.norm && warp == 0) {
-      float ss = 0.0f;
-#pragma unroll 8
-      for (int j = lane; j < K; j += 32) {
-        const float v = x[j];
-        ss = fmaf(v, v, ss);
-      }
-      ss = warp_butterfly(ss);
-      if (lane == 0) s_r = num::rms_inv(ss, K, a.eps);
-    }
-    __syncthreads();  // s_r (and, for t > 0, the previous token's readers are done)
-    const float r = a.norm ? s_r : 1.0f;
-    // Thread per unit: its 8 inputs (normalised), in the split layout, and their chain sum.
-    for (int u = threadIdx.x; u < U; u += blockDim.x) {
-      float4 v0 = reinterpret_cast<const float4*>(x)[2 * u], v1 = reinterpret_cast<const float4*>(x)[2 * u + 1];
-      if (a.norm) {
-        const float4 w0 = reinterpret_cast<const float4*>(a.norm)[2 * u];
-        const float4 w1 = reinterpret_cast<const float4*>(a.norm)[2 * u + 1];
-        v0 = make_float4((v0.x * r) * w0.x, (v0.y * r) * w0.y, (v0.z * r) * w0.z, (v0.w * r) * w0.w);
-        v1 = make_float4((v1.x * r) * w1.x, (v1.y * r) * w1.y, (v1.z * r) * w1.z, (v1.w * r) * w1.w);
-      }
+    const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
+    // x in (one trip to L2 per thread), normalised when asked, in the split layout; unit sums.
+    auto finish_unit = [&](int u, float4 v0, float4 v1) {
       xa[u] = v0;
       xb[u] = v1;
-      float p = 0.0f;
+      float p = 0.0f;  // chain of the 8 inputs from 0
       p = p + v0.x;
       p = p + v0.y;
       p = p + v0.z;
@@ -215,7 +241,53 @@ __global__ void __launch_bounds__(WARPS * 32) resident_kernel(ProjectArgs a, int
       p = p + v1.z;
       p = p + v1.w;
       pu[u] = p;
+    };
+    if (a.norm) {
+      float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+      if (own && u_own < U) {
+        v0 = x4[2 * u_own];
+        v1 = x4[2 * u_own + 1];
+        reinterpret_cast<float4*>(raw)[2 * u_own] = v0;
+        reinterpret_cast<float4*>(raw)[2 * u_own + 1] = v1;
+      } else if (!own) {
+        for (int e = threadIdx.x; e < K / 4; e += blockDim.x) reinterpret_cast<float4*>(raw)[e] = x4[e];
+      }
+      __syncthreads();
+      // Every warp computes the canonical sum of squares itself (lane = index mod 32, then
+      // the butterfly): no broadcast and no extra barrier.
+      float ss = 0.0f;
+#pragma unroll 16
+      for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
+      const float r = num::rms_inv(warp_butterfly(ss), K, a.eps);
+      auto scale = [r](float4 v, float4 w) {
+        return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
+      };
+      if (own) {
+        if (u_own < U) finish_unit(u_own, scale(v0, nw0), scale(v1, nw1));
+      } else {
+        const float4* raw4 = reinterpret_cast<const float4*>(raw);
+        const float4* w4 = reinterpret_cast<const float4*>(a.norm);
+        for (int u = threadIdx.x; u < U; u += blockDim.x)
+          finish_unit(u, scale(raw4[2 * u], w4[2 * u]), scale(raw4[2 * u + 1], w4[2 * u + 1]));
+      }
+    } else {  // up to two units per thread loaded at once, then any rest
+      float4 v[2][2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int u = threadIdx.x + k * blockDim.x;
+        if (u < U) {
+          v[k][0] = x4[2 * u];
+          v[k][1] = x4[2 * u + 1];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int u = threadIdx.x + k * blockDim.x;
+        if (u < U) finish_unit(u, v[k][0], v[k][1]);
+      }
+      for (int u = threadIdx.x + 2 * blockDim.x; u < U; u += blockDim.x) finish_unit(u, x4[2 * u], x4[2 * u + 1]);
     }
+    if (t == 0) async_wait_all();  // this thread's weight copies have landed
     __syncthreads();
     for (int g = threadIdx.x; g < G; g += blockDim.x) {  // group sums: chain of unit sums
       float s = 0.0f;
@@ -223,35 +295,42 @@ __global__ void __launch_bounds__(WARPS * 32) resident_kernel(ProjectArgs a, int
       xg[g] = s;
     }
     __syncthreads();
-    if (t == 0) mbar_wait(&bar);
 
-    if (swiglu) {
-      const Seg& sg = seg[0];
-      const Seg& su = seg[1];
-      for (int j = warp; j < sg.n; j += WARPS) {
+    if (skip & 2) {
+      if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
+    } else if (swiglu) {
+      const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
+      const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
+      for (int j = warp; j < seg[0].n; j += WARPS) {
         float gv = 0.0f, uv = 0.0f;
-        dot_rows(sg.w + size_t(j) * U, static_cast<const unsigned char*>(sg.s) + j * srow,
-                 static_cast<const unsigned char*>(sg.b) + j * srow, su.w + size_t(j) * U,
-                 static_cast<const unsigned char*>(su.s) + j * srow, static_cast<const unsigned char*>(su.b) + j * srow,
-                 true, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
-        if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + sg.r0 + j] = num::silu(gv) * uv;
+        dot_pair<FAST>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
+                       wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
+                       gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
+        if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + j] = num::silu(gv) * uv;
       }
     } else {
-      for (int i = 0; i < nseg; ++i) {
-        const Seg& sg = seg[i];
+#pragma unroll 1
+      for (int i = 0; i < kMax; ++i) {
+        if (i >= nseg) break;
+        const Seg sg = seg[i];
         const MatDev& m = a.m[sg.m];
         float* y = m.y + size_t(t) * m.rows + sg.r0;
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(smem + sg.w);
         for (int j = 2 * warp; j < sg.n; j += 2 * WARPS) {
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
           float va = 0.0f, vb = 0.0f;
-          dot_rows(sg.w + size_t(j) * U, static_cast<const unsigned char*>(sg.s) + j * srow,
-                   static_cast<const unsigned char*>(sg.b) + j * srow, sg.w + size_t(k) * U,
-                   static_cast<const unsigned char*>(sg.s) + k * srow, static_cast<const unsigned char*>(sg.b) + k * srow,
-                   two, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, va, vb);
+          dot_pair<FAST>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow, w + size_t(k) * U,
+                         smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G, gs_shift, gs, sdt, xa, xb, xg,
+                         lane, va, vb);
           if (lane == 0) {
-            y[j] = a.epi == Epilogue::Add ? y[j] + va : va;
-            if (two) y[k] = a.epi == Epilogue::Add ? y[k] + vb : vb;
+            if (a.epi == Epilogue::Add) {
+              const bool pre = t == 0 && i == 0 && j == 2 * warp;
+              va = (pre ? y_first[0] : y[j]) + va;
+              if (two) vb = (pre ? y_first[1] : y[k]) + vb;
+            }
+            y[j] = va;
+            if (two) y[k] = vb;
           }
         }
       }
@@ -259,8 +338,6 @@ __global__ void __launch_bounds__(WARPS * 32) resident_kernel(ProjectArgs a, int
     __syncthreads();  // the next token overwrites x
   }
 }
-
-constexpr int kResidentWarps = 8;
 
 }  // namespace
 
@@ -286,23 +363,34 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
     for (int i = 0; i < a.n; ++i) items += a.m[i].rows;
   const int G = a.K / gs, sbytes = m0.sdt == SDt::F32 ? 4 : 2;
   const size_t srow = size_t(G) * sbytes;
-  bool bulk_scales = srow % 16 == 0;
-  for (int i = 0; i < a.n; ++i)
-    if (reinterpret_cast<uintptr_t>(a.m[i].s) % 16 || reinterpret_cast<uintptr_t>(a.m[i].b) % 16) bulk_scales = false;
   const int blocks = std::min(items, num_sms);
   const int per_block = (items + blocks - 1) / blocks;
   const int segs = swiglu ? 2 : a.n;
   const size_t row_bytes = size_t(a.K / 2) + 2 * ((srow + 15) / 16 * 16);
-  const size_t x_bytes = size_t(a.K) * 4 + 2 * size_t(a.K / 8) * 4;
+  const size_t x_bytes = size_t(a.K) * 4 + 2 * size_t(a.K / 8) * 4 + (a.norm ? size_t(a.K) * 4 : 0);
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
-  if (smem > size_t(budget_kb) * 1024 || smem > 227 * 1024) return false;
+  if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
+  const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0;
+  // Variants (warps per block, blocks per SM the registers are capped for); results never
+  // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
+  static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
+  using Kernel = void (*)(ProjectArgs, int, int, int);
+  static const Kernel table[4][2] = {{resident_kernel<16, 2, false>, resident_kernel<16, 2, true>},
+                                     {resident_kernel<12, 2, false>, resident_kernel<12, 2, true>},
+                                     {resident_kernel<16, 1, false>, resident_kernel<16, 1, true>},
+                                     {resident_kernel<8, 2, false>, resident_kernel<8, 2, true>}};
+  static const int warps[4] = {16, 12, 16, 8};
+  const int v = variant >= 0 && variant < 4 ? variant : 3;
   static bool attr_set = false;
   if (!attr_set) {
-    DQ_CUDA_CHECK(cudaFuncSetAttribute(resident_kernel<kResidentWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       227 * 1024));
+    for (auto& row : table)
+      for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  launch_kernel(resident_kernel<kResidentWarps>, blocks, kResidentWarps * 32, smem, s, a, gs, items, int(bulk_scales));
+  // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): 1 skips the weight
+  // copies, 2 the row products, to see where a launch's time goes.
+  static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
+  launch_kernel(table[v][fast ? 1 : 0], blocks, warps[v] * 32, smem, s, a, gs, items, skip);
   return true;
 }
 
