@@ -1,9 +1,11 @@
 // deltaq bench: batch-1 decode speed against the memory bandwidth measured in the same run.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 
 #include "app/cli_common.h"
+#include "runtime/sampler.h"
 
 namespace dq::app {
 
@@ -35,7 +37,37 @@ Command add_bench(CLI::App& app) {
             t0 = clk::now();
             for (int i = 0; i < *tokens; ++i) e->step_greedy();
             double s = std::chrono::duration<double>(clk::now() - t0).count();
+            const int end_pos = e->position();
             const size_t rss = peak_rss_bytes();
+            // Sampled decoding (temperature 0.7, top_p 0.9): with the whole logits row read back and
+            // sampled on the host, and with top_k 20, where only the top 21 logits come back (op::TopK).
+            const int n_sampled = std::min(*tokens, 200);
+            auto time_sampled = [&](int top_k) {
+              SamplingParams sp;
+              sp.temperature = 0.7f;
+              sp.top_p = 0.9f;
+              sp.top_k = top_k;
+              sp.seed = 1;
+              Sampler sampler(sp);
+              std::vector<float> logits;
+              std::vector<int32_t> top_ids;
+              std::vector<float> top_vals;
+              int32_t tok = 1;
+              const auto ts = clk::now();
+              for (int i = 0; i < n_sampled && e->position() < e->max_ctx(); ++i) {
+                if (const int need = sampler.top_needed()) {
+                  e->step_top(tok, need, &top_ids, &top_vals);
+                  auto t = sampler.sample_top(top_ids, top_vals);
+                  if (!t) e->read_logits(&logits);
+                  tok = t ? *t : sampler.sample(logits, {}, 0);
+                } else {
+                  e->step(tok, &logits);
+                  tok = sampler.sample(logits, {}, 0);
+                }
+              }
+              return n_sampled / std::chrono::duration<double>(clk::now() - ts).count();
+            };
+            const double tps_row = time_sampled(0), tps_top = time_sampled(20);
             const double tps = *tokens / s;
             const double bpt = e->model().bytes_per_token(start_pos + *tokens / 2);
             std::printf("model        %s (%d layers, hidden %d, vocab %d)\n", f->model.c_str(), c.num_layers,
@@ -43,7 +75,10 @@ Command add_bench(CLI::App& app) {
             std::printf("backend      %s%s\n", e->backend().name().c_str(), *no_graph ? ", ops one by one" : ", graph replay");
             std::printf("prefill      %d tokens in %.3f s: %.1f tok/s\n", *prompt, prefill_s, *prompt / prefill_s);
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
-                        tps, 1e3 * s / *tokens, start_pos, e->position());
+                        tps, 1e3 * s / *tokens, start_pos, end_pos);
+            std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (whole logits row to the host); "
+                        "%.2f tok/s with top_k 20 too (top 21 logits from the backend)\n",
+                        n_sampled, tps_row, tps_top);
             std::printf("bytes/token  %.1f MB (weights %.1f MB + state and KV cache)\n", bpt / 1e6,
                         e->model().weights().matrix_bytes / 1e6);
             const double gbps = bpt * tps / 1e9;

@@ -96,6 +96,18 @@ DQ_HD float silu(float x) { return x / (1.0f + num::exp(-x)); }
 // PyTorch's softplus (beta 1, threshold 20).
 DQ_HD float softplus(float x) { return x > 20.0f ? x : num::log1p(num::exp(x)); }
 // 1/sqrt(mean + eps) for a sum of squares over n values.
+// Sort key of (value, index) for TopK: a larger key is a larger value, then a lower index.
+// Values that are not > -inf (NaN, -inf) all get value key 0, below every number; -0 == +0.
+DQ_HD uint64_t top_key(float v, int i) {
+  uint32_t b = 0;
+  if (v > -INFINITY) {
+    b = f32_to_bits(v == 0.0f ? 0.0f : v);
+    b ^= (b >> 31) ? 0xFFFFFFFFu : 0x80000000u;
+  }
+  return (uint64_t(b) << 32) | (0xFFFFFFFFu - uint32_t(i));
+}
+DQ_HD int top_key_index(uint64_t key) { return int(0xFFFFFFFFu - uint32_t(key)); }
+
 DQ_HD float rms_inv(float sum_sq, int n, float eps) { return 1.0f / sqrtf(sum_sq / float(n) + eps); }
 
 // ---- the 32-lane reduction order ----------------------------------------------------------------

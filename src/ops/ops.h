@@ -126,6 +126,17 @@ struct Argmax {
   Ref out2;
 };
 
+// The k largest values of x[0..n) in descending order, ties by the lower index; NaN and -inf
+// rank below every number (among themselves by index). ids[i] = the index, vals[i] = x[ids[i]].
+// 1 <= k <= min(n, kMax). Sampling with top-k reads these k pairs, not the whole logits row.
+struct TopK {
+  static constexpr int kMax = 256;
+  Ref x;  // f32 [n]
+  int n = 0, k = 0;
+  Ref ids;   // i32 [k]
+  Ref vals;  // f32 [k]
+};
+
 // pos[0] += delta (advances the sequence after a step).
 struct AdvancePos {
   Ref pos;
@@ -153,7 +164,7 @@ struct Read {
 
 }  // namespace op
 
-using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::AttnCore, op::Argmax,
+using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::AttnCore, op::Argmax, op::TopK,
                         op::AdvancePos, op::Zero, op::Write, op::Read>;
 
 const char* op_name(const Op& op);

@@ -1,6 +1,8 @@
 #include "ops/reference.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -174,6 +176,24 @@ void run(const op::Argmax& o) {
     }
   o.out.as<int32_t>()[0] = best;
   if (o.out2) o.out2.as<int32_t>()[0] = best;
+}
+
+void check_top_k(const op::TopK& o) {
+  DQ_CHECK(o.k >= 1 && o.k <= op::TopK::kMax && o.k <= o.n, "top_k: k = {} must be in [1, min(n = {}, {})]", o.k, o.n,
+           op::TopK::kMax);
+}
+
+void run(const op::TopK& o) {
+  check_top_k(o);
+  const float* x = o.x.as<float>();
+  std::vector<uint64_t> keys(size_t(o.n));
+  for (int i = 0; i < o.n; ++i) keys[size_t(i)] = num::top_key(x[i], i);
+  std::partial_sort(keys.begin(), keys.begin() + o.k, keys.end(), std::greater<uint64_t>());
+  for (int i = 0; i < o.k; ++i) {
+    const int id = num::top_key_index(keys[size_t(i)]);
+    o.ids.as<int32_t>()[i] = id;
+    o.vals.as<float>()[i] = x[id];
+  }
 }
 
 void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }

@@ -17,6 +17,8 @@ void run(const op::SwiGLU& o);
 void run(const op::GdnCore& o);
 void run(const op::AttnCore& o);
 void run(const op::Argmax& o);
+void run(const op::TopK& o);
+void check_top_k(const op::TopK& o);  // k in range, else dq::Error
 void run(const op::AdvancePos& o);
 void run(const op::Zero& o);
 void run(const op::Write& o);

@@ -134,6 +134,33 @@ int32_t Engine::step_greedy() {
   return run_step(nullptr);
 }
 
+void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals) {
+  const int V = config().vocab_size;
+  if (n < 1 || n > op::TopK::kMax || n > V) fail("step_top: n = {} must be in [1, {}]", n, std::min(op::TopK::kMax, V));
+  const int32_t one[1] = {token};
+  check_ids(one);
+  write_tokens(act1_, one);
+  if (!top_ids_) {
+    top_ids_ = be_->alloc(op::TopK::kMax * 4, "top_ids");
+    top_vals_ = be_->alloc(op::TopK::kMax * 4, "top_vals");
+  }
+  if (step_graph_) q_->replay(*step_graph_);
+  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+  ids->resize(size_t(n));
+  vals->resize(size_t(n));
+  q_->go(op::TopK{act1_.logits, V, n, Ref{top_ids_}, Ref{top_vals_}});
+  q_->go(op::Read{top_ids_, 0, size_t(n) * 4, ids->data()});
+  q_->go(op::Read{top_vals_, 0, size_t(n) * 4, vals->data()});
+  q_->wait();
+  pos_ += 1;
+}
+
+void Engine::read_logits(std::vector<float>* logits) {
+  logits->resize(config().vocab_size);
+  q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
+  q_->wait();
+}
+
 int32_t Engine::run_step(std::vector<float>* logits) {
   if (step_graph_) q_->replay(*step_graph_);
   else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);

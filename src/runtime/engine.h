@@ -51,6 +51,11 @@ class Engine {
   int32_t step(int32_t token, std::vector<float>* logits = nullptr);
   // One greedy decode step whose input is the previous argmax, already on the device.
   int32_t step_greedy();
+  // One decode step that brings back only the n largest logits (op::TopK: ids and values,
+  // descending, ties by the lower id; n <= 256) instead of the whole row.
+  void step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals);
+  // The whole logits row of the last step (after step_top, when its values did not decide).
+  void read_logits(std::vector<float>* logits);
   // Residual stream of a fresh prefill of ids: [0] embeddings, [i] after layer i-1 ([L+1][n][H]).
   std::vector<std::vector<float>> layer_outputs(std::span<const int32_t> ids);
 
@@ -69,6 +74,7 @@ class Engine {
   Activations act_;   // prefill chunks
   Activations act1_;  // decode step (its graph is recorded once)
   std::unique_ptr<Graph> step_graph_;
+  Buffer top_ids_, top_vals_;  // op::TopK results of a step
   int pos_ = 0;
 };
 

@@ -144,6 +144,8 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
   }
   const bool greedy = seq.uses_engine_argmax();
   std::vector<float> logits;  // [vocab], only when sampling
+  std::vector<int32_t> top_ids;  // the top logits when they decide the sample
+  std::vector<float> top_vals;
   engine_.reset();
   auto t0 = clk::now();
   int32_t tok = engine_.feed(req.prompt, greedy ? nullptr : &logits);
@@ -160,6 +162,14 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     }
     if (greedy) {
       tok = engine_.step_greedy();
+    } else if (const int need = seq.top_needed()) {  // only the top logits come back
+      engine_.step_top(tok, need, &top_ids, &top_vals);
+      if (auto t = seq.choose_top(top_ids, top_vals)) {
+        tok = *t;
+      } else {
+        engine_.read_logits(&logits);
+        tok = seq.choose(logits);
+      }
     } else {
       engine_.step(tok, &logits);
       tok = seq.choose(logits);

@@ -75,6 +75,11 @@ class Sequence {
   bool uses_engine_argmax() const { return sampler_.uses_engine_argmax(); }
   // Chooses the next token from the logits of the last position.
   int32_t choose(std::span<const float> logits);
+  // Top logits that decide the next choice (Sampler::top_needed), and the choice from them.
+  int top_needed() const { return sampler_.top_needed(); }
+  std::optional<int32_t> choose_top(std::span<const int32_t> ids, std::span<const float> vals) {
+    return sampler_.sample_top(ids, vals);
+  }
   // Takes the next token (chosen, or the engine's argmax). Returns true when the sequence is done.
   bool accept(int32_t token);
   // Ends the sequence now: "length" (out of context) or "cancelled".

@@ -149,19 +149,25 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     }
   }
 
-  if (p_.min_p > 0) {
-    // The top candidate has weight exp(0) = 1, so p_i / p_max = w_i.
-    size_t j = 0;
-    for (size_t i = 0; i < cand_.size(); ++i)
-      if (w_[i] >= double(p_.min_p)) {
-        cand_[j] = cand_[i];
-        w_[j++] = w_[i];
-      }
-    cand_.resize(j);
-    w_.resize(j);
-  }
+  cut_min_p();
   if (cand_.empty()) return argmax(x);
+  return draw();
+}
 
+void Sampler::cut_min_p() {
+  if (p_.min_p <= 0) return;
+  // The top candidate has weight exp(0) = 1, so p_i / p_max = w_i.
+  size_t j = 0;
+  for (size_t i = 0; i < cand_.size(); ++i)
+    if (w_[i] >= double(p_.min_p)) {
+      cand_[j] = cand_[i];
+      w_[j++] = w_[i];
+    }
+  cand_.resize(j);
+  w_.resize(j);
+}
+
+int32_t Sampler::draw() {
   double total = 0;
   for (double w : w_) total += w;
   const double u = rng_.uniform() * total;
@@ -174,6 +180,36 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     if (u < cum) return cand_[i];
   }
   return cand_[last];  // rounding: u landed on the total
+}
+
+std::optional<int32_t> Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> vals) {
+  const int need = top_needed(), k = need - 1;
+  if (need == 0 || ids.size() < size_t(need) || vals.size() < size_t(need)) return std::nullopt;
+  // vals[0] is the largest number of the row (NaN and -inf rank below every number) and must be
+  // finite; vals[k] > -inf shows the row has more than top_k numbers, so sample() truncates and
+  // sorts: its candidates are the first k here, in the same order, with the same weights.
+  if (!std::isfinite(vals[0]) || !(vals[size_t(k)] > -INFINITY)) return std::nullopt;
+  const double m = vals[0], T = p_.temperature;
+  cand_.clear();
+  w_.clear();
+  for (int i = 0; i < k; ++i)
+    if (vals[size_t(i)] > -INFINITY) {
+      cand_.push_back(ids[size_t(i)]);
+      w_.push_back(std::exp((double(vals[size_t(i)]) - m) / T));
+    }
+  if (p_.top_p < 1) {
+    double z = 0;
+    for (double w : w_) z += w;
+    const double target = double(p_.top_p) * z;
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < cand_.size() && cum < target) cum += w_[keep++];
+    cand_.resize(std::max<size_t>(keep, 1));
+    w_.resize(cand_.size());
+  }
+  cut_min_p();
+  if (cand_.empty()) return ids[0];  // the row's argmax
+  return draw();
 }
 
 }  // namespace dq

@@ -65,11 +65,24 @@ class Sampler {
   // Ids outside [0, logits.size()) in history are ignored.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_len = 0);
 
+  // The number of top logits (op::TopK) that decide a sample with these parameters: top_k + 1
+  // when top_k is set (< 256), sampled and without penalties; 0 when the whole row is needed.
+  // (The extra one shows that more than top_k numbers exist, which sample() needs to know.)
+  int top_needed() const {
+    return !p_.greedy() && !p_.has_penalties() && p_.top_k >= 1 && p_.top_k < 256 ? p_.top_k + 1 : 0;
+  }
+  // The same choice as sample() from the row's top values only (ids and vals as op::TopK gives
+  // them, at least top_needed() of each). nullopt when they do not decide it (the top value is
+  // not a number or is infinite): then read the row and call sample().
+  std::optional<int32_t> sample_top(std::span<const int32_t> ids, std::span<const float> vals);
+
   // The argmax as the greedy path defines it (lowest index on ties, NaN never wins; 0 if all NaN).
   static int32_t argmax(std::span<const float> logits);
 
  private:
   void apply_penalties(std::span<const int32_t> history, size_t prompt_len);
+  void cut_min_p();  // keeps candidates with w >= min_p (w of the top one is 1)
+  int32_t draw();    // one draw from cand_ in proportion to w_
 
   SamplingParams p_;
   Rng rng_;

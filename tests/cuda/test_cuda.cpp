@@ -56,6 +56,10 @@ TEST(CudaParity, Argmax) {
   auto t = cuda_target();
   argmax_cases(t);
 }
+TEST(CudaParity, TopK) {
+  auto t = cuda_target();
+  top_k_cases(t);
+}
 
 TEST(CudaQueue, DroppingHandlesBeforeTheWaitIsSafe) {
   auto be = make_cuda_backend();

@@ -249,3 +249,22 @@ TEST(Generator, SeedsReproduceSampledText) {
   EXPECT_NE(a.tokens, c.tokens);
   EXPECT_EQ(c.text, d.text.tokenizer->decode(c.tokens));
 }
+
+TEST(Generator, TopLogitsPathEqualsWholeRowPath) {
+  // With top_k set the generator brings back only the top logits (op::TopK); a penalty too small
+  // to change any float forces the whole-row path. Same seed: the same tokens.
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  for (uint64_t seed : {7u, 8u, 9u}) {
+    auto req = greedy_request("Love is", 40);
+    req.stop_at_eos = false;
+    req.sampling.temperature = 0.9f;
+    req.sampling.top_k = 20;
+    req.sampling.top_p = 0.9f;
+    req.sampling.seed = seed;
+    auto top = g.generate(req, {});
+    req.sampling.presence_penalty = 1e-30f;
+    auto row = g.generate(req, {});
+    EXPECT_EQ(top.tokens, row.tokens) << "seed " << seed;
+  }
+}

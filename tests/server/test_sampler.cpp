@@ -257,3 +257,58 @@ TEST(Sampler, InfiniteLogitsAreDrawnUniformly) {
   EXPECT_GT(c1, 850);
   EXPECT_GT(c3, 850);
 }
+
+// sample_top (the engine's device top-k path) makes exactly sample()'s choice from the row's top
+// values, or declines; checked against sample() with the same seed on rows with ties, NaN,
+// -inf and +inf, for many parameter sets.
+TEST(Sampler, SampleTopEqualsSampleOrDeclines) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  int decided = 0, declined = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int V = 50 + int(gen() % 400);
+    std::vector<float> x(static_cast<size_t>(V), 0.0f);
+    for (float& v : x) v = std::round(nd(gen) * 4.0f) / 4.0f;  // coarse values: many ties
+    if (trial % 5 == 1)
+      for (int i = 0; i < V; i += 3) x[size_t(i)] = NAN;
+    if (trial % 5 == 2)  // few numbers left: fewer than top_k + 1 must decline
+      for (int i = 5; i < V; ++i) x[size_t(i)] = -INFINITY;
+    if (trial % 17 == 3) x[size_t(V / 2)] = INFINITY;
+    SamplingParams p;
+    p.temperature = 0.3f + float(trial % 7) * 0.2f;
+    p.top_k = 1 + int(gen() % 40);
+    p.top_p = trial % 3 == 0 ? 1.0f : 0.5f + float(trial % 5) * 0.1f;
+    p.min_p = trial % 4 == 0 ? 0.05f : 0.0f;
+    p.seed = uint64_t(trial);
+    Sampler a(p), b(p);
+    const int need = b.top_needed();
+    ASSERT_EQ(need, p.top_k == 1 ? 0 : p.top_k + 1);  // top_k == 1 is greedy
+    if (need == 0) continue;
+    // The top values the way op::TopK orders them: descending, ties by the lower id, NaN and
+    // -inf below every number.
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    auto rank = [&](int32_t i) { return x[size_t(i)] > -INFINITY ? x[size_t(i)] : -INFINITY; };
+    std::stable_sort(order.begin(), order.end(), [&](int32_t i, int32_t j) {
+      const bool fi = x[size_t(i)] > -INFINITY, fj = x[size_t(j)] > -INFINITY;
+      if (fi != fj) return fi;
+      return fi && rank(i) > rank(j);
+    });
+    std::vector<int32_t> ids(order.begin(), order.begin() + std::min(need, V));
+    std::vector<float> vals;
+    for (int32_t i : ids) vals.push_back(x[size_t(i)]);
+    for (int step = 0; step < 3; ++step) {
+      const int32_t want = a.sample(x, {}, 0);
+      const auto got = b.sample_top(ids, vals);
+      if (!got) {
+        ++declined;
+        b.sample(x, {}, 0);  // the caller's fallback keeps the two generators in step
+        continue;
+      }
+      ++decided;
+      ASSERT_EQ(*got, want) << "trial " << trial << " step " << step;
+    }
+  }
+  EXPECT_GT(decided, 300);
+  EXPECT_GT(declined, 30);
+}

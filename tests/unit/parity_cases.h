@@ -299,4 +299,35 @@ inline void argmax_cases(std::vector<Target>& targets) {
   EXPECT_EQ(out.as<int32_t>()[0], 1);
 }
 
+// TopK: ties, NaN, -inf, +inf, -0, small and vocabulary-sized rows, k from 1 to the maximum.
+inline void top_k_cases(std::vector<Target>& targets) {
+  Rig rig;
+  std::vector<std::vector<float>> rows = {{1.f, 5.f, NAN, 5.f, -INFINITY, 2.f, -0.f, 0.f},
+                                          {NAN, -INFINITY, NAN, 3.f, -INFINITY, INFINITY}};
+  for (int n : {300, 4096, 4097, 70000, 248320}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) x[size_t(i)] = float((int64_t(i) * 7919) % 1009) * 0.25f - 100.f;  // many ties
+    x[size_t(n / 3)] = NAN;
+    x[size_t(n / 2)] = -INFINITY;
+    rows.push_back(x);
+  }
+  for (const auto& x : rows) {
+    const int n = int(x.size());
+    Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")};
+    for (int k : {1, 3, 21, 256}) {
+      if (k > n) continue;
+      check(rig, targets, {rig.zeros(size_t(k) * 4), rig.zeros(size_t(k) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+        return Op(op::TopK{g.map(xr), n, k, o[0], o[1]});
+      }, "top_k n=" + std::to_string(n) + " k=" + std::to_string(k));
+    }
+  }
+  // The order itself, on the first row: 5 (id 1), 5 (id 3), 2, 1, -0 (id 6) == 0 (id 7), then -inf and NaN by id.
+  const auto& x0 = rows[0];
+  Ref xr{rig.ref->upload(x0.data(), x0.size() * 4, "x")}, ids = rig.zeros(32), vals = rig.zeros(32);
+  rig.ref_q->go(op::TopK{xr, 8, 8, ids, vals});
+  rig.ref_q->wait();
+  const std::vector<int32_t> want = {1, 3, 5, 0, 6, 7, 2, 4};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(ids.as<int32_t>()[i], want[size_t(i)]) << i;
+}
+
 }  // namespace parity

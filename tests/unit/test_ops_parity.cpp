@@ -54,3 +54,21 @@ TEST(OpsParity, ArgmaxTiesTakeTheLowestIndex) {
   auto t = cpu_targets();
   argmax_cases(t);
 }
+TEST(OpsParity, TopKOrdersByValueThenIndex) {
+  auto t = cpu_targets();
+  top_k_cases(t);
+}
+TEST(OpsParity, TopKRejectsAnOutOfRangeK) {
+  Rig rig;
+  std::vector<float> x(300, 1.0f);
+  Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")}, ids = rig.zeros(2048), vals = rig.zeros(2048);
+  for (int k : {0, 257, 301}) {
+    rig.ref_q->go(op::TopK{xr, 300, k, ids, vals});
+    try {
+      rig.ref_q->wait();
+      ADD_FAILURE() << "k = " << k << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("top_k: k = " + std::to_string(k)), std::string::npos) << e.what();
+    }
+  }
+}

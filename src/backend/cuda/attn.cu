@@ -134,14 +134,26 @@ __global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a) {
   if (i >= hd) return;
   const size_t stride = size_t(a.hkv) * hd;
   const float* vc = a.v_cache + size_t(j) * hd + i;
+  // The chain over positions, with the next 64 values of V loading while 64 are consumed.
+  constexpr int B = 64;
+  auto load = [&](float (&dst)[B], int t0) {
+#pragma unroll
+    for (int k = 0; k < B; ++k) dst[k] = t0 + k < L ? vc[size_t(t0 + k) * stride] : 0.0f;
+  };
+  auto chain = [&](const float (&src)[B], int t0, float acc) {
+#pragma unroll
+    for (int k = 0; k < B; ++k)
+      if (t0 + k < L) acc = fmaf(e[t0 + k], src[k], acc);
+    return acc;
+  };
+  float va[B], vb[B];
   float acc = 0.0f;
-  for (int t0 = 0; t0 < L; t0 += 32) {  // 32 independent loads in flight, then the chain
-    float vv[32];
-#pragma unroll
-    for (int k = 0; k < 32; ++k) vv[k] = t0 + k < L ? vc[(t0 + k) * stride] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < 32; ++k)
-      if (t0 + k < L) acc = fmaf(e[t0 + k], vv[k], acc);
+  load(va, 0);
+  for (int t0 = 0; t0 < L; t0 += 2 * B) {
+    if (t0 + B < L) load(vb, t0 + B);
+    acc = chain(va, t0, acc);
+    if (t0 + 2 * B < L) load(va, t0 + 2 * B);
+    if (t0 + B < L) acc = chain(vb, t0 + B, acc);
   }
   const float* gate = a.qg + (size_t(t) * a.h + h) * 2 * hd + hd;
   a.out[(size_t(t) * a.h + h) * hd + i] = (acc / Z) * num::sigmoid(gate[i]);

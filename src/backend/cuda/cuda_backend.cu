@@ -13,6 +13,7 @@
 
 #include "backend/cuda/kernels.cuh"
 #include "core/error.h"
+#include "ops/reference.h"
 
 namespace dq {
 
@@ -93,6 +94,7 @@ class CudaQueue : public Queue {
     cudaEventDestroy(ev_end_);
     cudaFreeHost(err_host_);
     cudaFree(argmax_key_);
+    if (topk_scratch_) cudaFree(topk_scratch_);
     cudaStreamDestroy(stream_);
   }
 
@@ -269,6 +271,19 @@ class CudaQueue : public Queue {
     launch_argmax(o.x.as<float>(), o.n, o.out.as<int32_t>(), o.out2 ? o.out2.as<int32_t>() : nullptr, argmax_key_,
                   num_sms_, stream_);
   }
+  void launch_one(const op::TopK& o) {
+    ref::check_top_k(o);
+    const size_t keys = 2 * top_k_scratch_keys(o.n, o.k);
+    if (keys > topk_keys_) {  // grow the scratch (nothing in flight may use the old one)
+      DQ_CHECK(!capture_, "top_k: its first use (scratch allocation) cannot be inside a graph capture");
+      DQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (topk_scratch_) cudaFree(topk_scratch_);
+      topk_scratch_ = nullptr;
+      DQ_CUDA_CHECK(cudaMalloc(&topk_scratch_, keys * sizeof(unsigned long long)));
+      topk_keys_ = keys;
+    }
+    launch_top_k(o.x.as<float>(), o.n, o.k, o.ids.as<int32_t>(), o.vals.as<float>(), topk_scratch_, stream_);
+  }
   void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
   void launch_one(const op::Zero& o) { DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_)); }
   void launch_one(const op::Write& o) {
@@ -320,6 +335,8 @@ class CudaQueue : public Queue {
   DeviceError* err_dev_;
   DeviceError* err_host_ = nullptr;
   unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
+  unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
+  size_t topk_keys_ = 0;
   WaitTrace trace_;
   cudaEvent_t ev_start_, ev_end_;
   bool in_stage_ = false;

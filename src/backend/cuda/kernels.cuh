@@ -76,4 +76,9 @@ void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, unsigned 
                    cudaStream_t s);
 void launch_advance_pos(int32_t* pos, int delta, cudaStream_t s);
 
+// op::TopK (topk.cu); scratch holds 2 * top_k_scratch_keys(n, k) keys.
+size_t top_k_scratch_keys(int n, int k);
+void launch_top_k(const float* x, int n, int k, int32_t* ids, float* vals, unsigned long long* scratch,
+                  cudaStream_t s);
+
 }  // namespace dq::cuda
