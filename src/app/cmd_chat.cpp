@@ -133,8 +133,9 @@ Command add_chat(CLI::App& app) {
                 continue;
               }
               g_generating = false;
-              std::printf("\n[%d tokens, %.1f tok/s%s]\n", r.completion_tokens,
-                          r.completion_tokens / std::max(r.gen_seconds, 1e-9),
+              std::printf("\n[%d tokens, %.1f tok/s; prompt %d tokens, %d of them reused from the last turn%s]\n",
+                          r.completion_tokens, r.completion_tokens / std::max(r.gen_seconds, 1e-9), r.prompt_tokens,
+                          r.cached_tokens,
                           r.finish_reason == "cancelled" ? ", stopped" : r.finish_reason == "length" ? ", length limit" : "");
               history.push_back({{"role", "assistant"}, {"content", r.text}});
             }

@@ -64,9 +64,20 @@ Engine::~Engine() {
 }
 
 void Engine::reset() {
+  history_ok_ = false;
   model_->reset(*q_, state_);
   q_->wait();
   pos_ = 0;
+  history_.clear();
+  history_ok_ = true;
+}
+
+int Engine::reuse_prefix(std::span<const int32_t> ids) {
+  const size_t h = history_.size();
+  if (history_ok_ && h > 0 && h < ids.size() && int(h) == pos_ && std::equal(history_.begin(), history_.end(), ids.begin()))
+    return int(h);
+  reset();
+  return 0;
 }
 
 void Engine::check_ids(std::span<const int32_t> ids) const {
@@ -95,8 +106,11 @@ std::vector<float> Engine::score(std::span<const int32_t> ids) {
     write_tokens(a, ids.subspan(i, n));
     model_->forward(*q_, state_, a, n, true, act1_.tokens);
     q_->go(op::Read{a.logits.buf, 0, size_t(n) * V * 4, out.data() + i * V});
+    history_ok_ = false;
     q_->wait();
     pos_ += n;
+    history_.insert(history_.end(), ids.begin() + i, ids.begin() + i + n);
+    history_ok_ = true;
   }
   return out;
 }
@@ -115,8 +129,12 @@ int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logi
       last_logits->resize(config().vocab_size);
       q_->go(op::Read{act_.logits.buf, 0, size_t(config().vocab_size) * 4, last_logits->data()});
     }
+    history_ok_ = false;
     q_->wait();
     pos_ += n;
+    history_.insert(history_.end(), ids.begin() + i, ids.begin() + i + n);
+    history_ok_ = true;
+    last_next_ = next;
   }
   return next;
 }
@@ -125,13 +143,13 @@ int32_t Engine::step(int32_t token, std::vector<float>* logits) {
   const int32_t one[1] = {token};
   check_ids(one);
   write_tokens(act1_, one);
-  return run_step(logits);
+  return run_step(logits, token);
 }
 
 int32_t Engine::step_greedy() {
   if (pos_ + 1 > max_ctx())
     fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
-  return run_step(nullptr);
+  return run_step(nullptr, last_next_);  // the device already holds it as the step's input
 }
 
 void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals) {
@@ -148,11 +166,17 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
   else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
   ids->resize(size_t(n));
   vals->resize(size_t(n));
+  int32_t next = 0;
+  q_->go(op::Read{act1_.next.buf, 0, 4, &next});
   q_->go(op::TopK{act1_.logits, V, n, Ref{top_ids_}, Ref{top_vals_}});
   q_->go(op::Read{top_ids_, 0, size_t(n) * 4, ids->data()});
   q_->go(op::Read{top_vals_, 0, size_t(n) * 4, vals->data()});
+  history_ok_ = false;
   q_->wait();
   pos_ += 1;
+  history_.push_back(token);
+  history_ok_ = true;
+  last_next_ = next;
 }
 
 void Engine::read_logits(std::vector<float>* logits) {
@@ -161,7 +185,7 @@ void Engine::read_logits(std::vector<float>* logits) {
   q_->wait();
 }
 
-int32_t Engine::run_step(std::vector<float>* logits) {
+int32_t Engine::run_step(std::vector<float>* logits, int32_t token) {
   if (step_graph_) q_->replay(*step_graph_);
   else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
   int32_t next = 0;
@@ -170,8 +194,12 @@ int32_t Engine::run_step(std::vector<float>* logits) {
     logits->resize(config().vocab_size);
     q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
   }
+  history_ok_ = false;
   q_->wait();
   pos_ += 1;
+  history_.push_back(token);
+  history_ok_ = true;
+  last_next_ = next;
   return next;
 }
 
@@ -183,8 +211,11 @@ std::vector<std::vector<float>> Engine::layer_outputs(std::span<const int32_t> i
   std::vector<std::vector<float>> out;
   write_tokens(a, ids);
   model_->forward(*q_, state_, a, int(ids.size()), false, act1_.tokens, &out);
+  history_ok_ = false;
   q_->wait();
   pos_ += int(ids.size());
+  history_.assign(ids.begin(), ids.end());
+  history_ok_ = true;
   return out;
 }
 

@@ -42,6 +42,12 @@ class Engine {
 
   // Starts a new sequence.
   void reset();
+  // The tokens the sequence state holds, in order (positions 0 .. position() - 1).
+  const std::vector<int32_t>& history() const { return history_; }
+  // Prefix reuse: when ids extends history() by at least one token, keeps the state and returns
+  // history().size() (the caller feeds only the rest); otherwise resets and returns 0. (The
+  // recurrent state cannot be rewound, so only a whole-history prefix is reused.)
+  int reuse_prefix(std::span<const int32_t> ids);
   // Teacher-forced logits of a fresh sequence: row i = logits after ids[0..i]. [n][vocab]
   std::vector<float> score(std::span<const int32_t> ids);
   // Feeds tokens at the current position; returns the argmax after the last one and, if asked,
@@ -62,7 +68,7 @@ class Engine {
  private:
   Engine(Checkpoint ck) : ck_(std::move(ck)) {}
   void check_ids(std::span<const int32_t> ids) const;
-  int32_t run_step(std::vector<float>* logits);
+  int32_t run_step(std::vector<float>* logits, int32_t token);
   void write_tokens(const Activations& a, std::span<const int32_t> ids);
 
   Checkpoint ck_;
@@ -76,6 +82,9 @@ class Engine {
   std::unique_ptr<Graph> step_graph_;
   Buffer top_ids_, top_vals_;  // op::TopK results of a step
   int pos_ = 0;
+  std::vector<int32_t> history_;  // tokens the state holds
+  bool history_ok_ = true;        // false while (or after) a call that changes the state failed
+  int32_t last_next_ = 0;         // the last argmax: step_greedy's input, already on the device
 };
 
 }  // namespace dq

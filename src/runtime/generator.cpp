@@ -146,9 +146,12 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
   std::vector<float> logits;  // [vocab], only when sampling
   std::vector<int32_t> top_ids;  // the top logits when they decide the sample
   std::vector<float> top_vals;
-  engine_.reset();
   auto t0 = clk::now();
-  int32_t tok = engine_.feed(req.prompt, greedy ? nullptr : &logits);
+  // A prompt that extends what the engine already holds (the previous turn of a chat: its prompt
+  // and answer) feeds only the new tokens; anything else starts afresh.
+  const int cached = engine_.reuse_prefix(req.prompt);
+  seq.result().cached_tokens = cached;
+  int32_t tok = engine_.feed(std::span<const int32_t>(req.prompt).subspan(size_t(cached)), greedy ? nullptr : &logits);
   if (!greedy) tok = seq.choose(logits);
   auto t1 = clk::now();
   while (!seq.accept(tok)) {

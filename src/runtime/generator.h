@@ -39,6 +39,7 @@ struct GenerateResult {
   std::string stop_string;    // the stop string that matched, if any
   std::optional<int32_t> stop_id;  // the eos / stop id that ended it, if any
   int prompt_tokens = 0;
+  int cached_tokens = 0;      // prompt tokens the engine already held (not fed again)
   int completion_tokens = 0;  // every id the model produced, a final eos / stop id included
   double prompt_seconds = 0, gen_seconds = 0;
 };
@@ -106,7 +107,8 @@ class Generator {
  public:
   Generator(Engine& engine, const text::TextConfig& text) : engine_(engine), text_(text) {}
 
-  // Runs a fresh sequence (reset, feed the prompt) to the end. Throws dq::Error for an empty prompt,
+  // Runs a sequence to the end: feeds the prompt (only its new part when it extends the engine's
+  // history, Engine::reuse_prefix; the logits are the same bits either way), then decodes. Throws dq::Error for an empty prompt,
   // invalid ids or a prompt longer than the context; stops with "length" when the context fills up.
   // keep_going (optional) is asked before every decode step; false cancels.
   GenerateResult generate(const GenerateRequest& req, const OnText& on_text,

@@ -374,14 +374,17 @@ void ThinkSplitter::finish(std::string& reasoning, std::string& content) {
 Json usage_json(const GenerateResult& r) {
   return Json{{"prompt_tokens", r.prompt_tokens},
               {"completion_tokens", r.completion_tokens},
-              {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+              {"total_tokens", r.prompt_tokens + r.completion_tokens},
+              {"prompt_tokens_details", Json{{"cached_tokens", r.cached_tokens}}}};
 }
 
 Json timings_json(const GenerateResult& r) {
   auto per_s = [](double n, double s) { return s > 0 ? n / s : 0.0; };
-  return Json{{"prompt_n", r.prompt_tokens},
+  const int fed = r.prompt_tokens - r.cached_tokens;  // prompt tokens actually run
+  return Json{{"prompt_n", fed},
+              {"cache_n", r.cached_tokens},
               {"prompt_ms", r.prompt_seconds * 1e3},
-              {"prompt_per_second", per_s(r.prompt_tokens, r.prompt_seconds)},
+              {"prompt_per_second", per_s(fed, r.prompt_seconds)},
               {"predicted_n", r.completion_tokens},
               {"predicted_ms", r.gen_seconds * 1e3},
               {"predicted_per_second", per_s(r.completion_tokens, r.gen_seconds)}};

@@ -268,3 +268,38 @@ TEST(Generator, TopLogitsPathEqualsWholeRowPath) {
     EXPECT_EQ(top.tokens, row.tokens) << "seed " << seed;
   }
 }
+
+TEST(Generator, APromptThatExtendsTheHistoryFeedsOnlyTheNewTokens) {
+  // The next turn of a conversation: the last prompt, the answer, and more. The engine keeps its
+  // state and feeds only the new tokens; the result is the same as from a fresh start.
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  for (bool sampled : {false, true}) {
+    auto req = greedy_request("A fool and his money", 12);
+    req.stop_at_eos = false;
+    if (sampled) {
+      req.sampling.temperature = 0.8f;
+      req.sampling.seed = 3;
+    }
+    auto first = g.generate(req, {});
+    ASSERT_EQ(first.tokens.size(), 12u);
+    EXPECT_EQ(first.cached_tokens, 0);
+    auto next = req;
+    next.prompt.insert(next.prompt.end(), first.tokens.begin(), first.tokens.end());
+    const auto more = d.text.tokenizer->encode(" are soon parted.");
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    auto continued = g.generate(next, {});
+    // Every prompt token and every answer token but the last (never fed: it ended the answer).
+    EXPECT_EQ(continued.cached_tokens, int(req.prompt.size() + first.tokens.size() - 1));
+    EXPECT_EQ(d.engine->history().size(), next.prompt.size() + continued.tokens.size() - 1);
+    g.generate(greedy_request("Unrelated", 3), {});  // the history no longer matches
+    auto fresh = g.generate(next, {});
+    EXPECT_EQ(fresh.cached_tokens, 0);
+    EXPECT_EQ(fresh.tokens, continued.tokens) << (sampled ? "sampled" : "greedy");
+    EXPECT_EQ(fresh.text, continued.text);
+    // The same prompt again is not an extension (at least one token must be fed): fresh start.
+    auto again = g.generate(next, {});
+    EXPECT_EQ(again.cached_tokens, 0);
+    EXPECT_EQ(again.tokens, fresh.tokens);
+  }
+}

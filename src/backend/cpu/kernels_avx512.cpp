@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -92,6 +93,14 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
   const auto* B0 = static_cast<const uint16_t*>(m.biases->ptr);
   alignas(64) float sbuf[R][kMaxGroups + 16];  // the rows' scales as fp32
   for (int r = r0; r + R <= r1; r += R) {
+    // The scales and biases of the row group after next into cache (the hardware prefetcher
+    // misses these short strided streams; the weights are prefetched in the block loop).
+    if (r + 3 * R <= r1)
+      for (int i = 2 * R; i < 3 * R; ++i)
+        for (int off = 0; off < G * 2; off += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(S0 + size_t(r + i) * G) + off, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(B0 + size_t(r + i) * G) + off, _MM_HINT_T0);
+        }
     const uint32_t* W[R];
     for (int i = 0; i < R; ++i) {
       W[i] = W0 + size_t(r + i) * U;
