@@ -1,0 +1,72 @@
+// deltaq-bench-q4-mix: the ceiling of the 4-bit dot's instruction mix on one core (AVX-512):
+// R rows x 16 units per step, nibble k isolated with AND, converted exactly (cvtepu32), one fma
+// per weight into the canonical chain, then the scale fma -- the work of the real kernel
+// (src/backend/cpu/kernels_avx512.cpp) with everything in registers and L1 (no x layout, no
+// scales from memory, no epilogue). Compare with deltaq-bench-matvec's in-cache figure.
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+template <int R>
+__attribute__((target("avx512f"), noinline)) float run(const uint32_t* W, const float* X, int blocks, int reps) {
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  for (int rep = 0; rep < reps; ++rep)
+    for (int b = 0; b < blocks; ++b) {
+      __m512i w[R];
+      __m512 p[R];
+      for (int i = 0; i < R; ++i) {
+        w[i] = _mm512_loadu_si512(W + (b * R + i) * 16);
+        p[i] = _mm512_setzero_ps();
+      }
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512 xv = _mm512_loadu_ps(X + (b % 16) * 128 + k * 16);
+        for (int i = 0; i < R; ++i)
+          p[i] = _mm512_fmadd_ps(_mm512_cvtepu32_ps(_mm512_and_si512(w[i], _mm512_set1_epi32(int(0xFu << (4 * k))))), xv,
+                                 p[i]);
+      }
+      for (int i = 0; i < R; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), p[i], acc[i]);
+    }
+  __m512 s = acc[0];
+  for (int i = 1; i < R; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+template <int R>
+void measure() {
+  const int blocks = 64, reps = 20000;
+  std::vector<uint32_t> W(size_t(blocks) * R * 16);
+  for (size_t i = 0; i < W.size(); ++i) W[i] = uint32_t(i * 2654435761u);
+  std::vector<float> X(16 * 128, 1e-3f);
+  double best = 0;
+  float sink = 0;
+  for (int t = 0; t < 3; ++t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sink += run<R>(W.data(), X.data(), blocks, reps);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double gw = double(reps) * blocks * R * 128 / s / 1e9;
+    if (gw > best) best = gw;
+  }
+  std::printf("%d rows per step: %6.2f G weights/s on one core = %5.2f GB/s of 4-bit weights (%g)\n", R, best, best / 2,
+              double(sink) * 0);
+}
+
+}  // namespace
+
+int main() {
+  if (!__builtin_cpu_supports("avx512f")) {
+    std::printf("deltaq-bench-q4-mix: this CPU has no AVX-512\n");
+    return 0;
+  }
+  measure<1>();
+  measure<2>();
+  measure<4>();
+  measure<8>();
+  return 0;
+}
