@@ -8,6 +8,7 @@
 #include <exception>
 #include <vector>
 
+#include "backend/cpu/huge_weights.h"
 #include "core/error.h"
 
 namespace dq {
@@ -122,12 +123,19 @@ class CpuBackend : public Backend {
     if (bytes) std::memcpy(b->ptr, host, bytes);
     return b;
   }
+  // Large weight tensors are copied into transparent huge pages (huge_weights.h says why and
+  // what it measured); the rest are used in place from the mapping.
   Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void> keep, const std::string& name) override {
     auto b = std::make_shared<WrappedStorage>();
-    b->ptr = const_cast<void*>(host);
     b->bytes = bytes;
     b->name = name;
-    b->keep = std::move(keep);
+    if (bytes >= (size_t(1) << 20) && huge_enabled_) {
+      b->ptr = huge_.copy(host, bytes, &b->keep);
+      huge_bytes_ += bytes;
+    } else {
+      b->ptr = const_cast<void*>(host);
+      b->keep = std::move(keep);
+    }
     return b;
   }
   // Each queue has its own runner (and thread pool): queues never share workers.
@@ -142,6 +150,9 @@ class CpuBackend : public Backend {
  private:
   CpuKernels kernels_;
   int threads_;
+  bool huge_enabled_ = HugeWeights::enabled();
+  HugeWeights huge_;
+  size_t huge_bytes_ = 0;
   std::atomic<size_t> allocated_{0};
 };
 
