@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <exception>
 #include <vector>
 
@@ -18,7 +19,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct HostStorage : BufferStorage {
-  ~HostStorage() override { std::free(ptr); }
+  size_t mapped = 0;  // > 0: an mmap of that many bytes (huge pages), else malloc'ed
+  void* base = nullptr;
+  ~HostStorage() override {
+    if (mapped) munmap(base, mapped);
+    else std::free(ptr);
+  }
 };
 struct WrappedStorage : BufferStorage {
   std::shared_ptr<const void> keep;
@@ -110,6 +116,22 @@ class CpuBackend : public Backend {
   Buffer alloc(size_t bytes, const std::string& name) override {
     auto b = std::make_shared<HostStorage>();
     size_t n = (bytes + 63) / 64 * 64;
+    constexpr size_t kHuge = size_t(2) << 20;
+    if (huge_enabled_ && n >= kHuge) {  // state, KV cache: read every token, so in huge pages too
+      b->mapped = (n + kHuge - 1) / kHuge * kHuge + kHuge;
+      b->base = mmap(nullptr, b->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (b->base == MAP_FAILED) {
+        b->mapped = 0;
+        b->base = nullptr;
+        fail("out of memory allocating {} bytes for {}", bytes, name);
+      }
+      b->ptr = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(b->base) + kHuge - 1) & ~(kHuge - 1));
+      madvise(b->ptr, b->mapped - kHuge, MADV_HUGEPAGE);  // fresh anonymous memory reads as zeros
+      b->bytes = bytes;
+      b->name = name;
+      allocated_ += bytes;
+      return b;
+    }
     b->ptr = std::aligned_alloc(64, n ? n : 64);
     if (!b->ptr) fail("out of memory allocating {} bytes for {}", bytes, name);
     std::memset(b->ptr, 0, n ? n : 64);
@@ -161,7 +183,19 @@ class CpuBackend : public Backend {
 double measure_host_read_bandwidth(size_t bytes, int threads, int repeats) {
   if (threads <= 0) threads = ThreadPool::default_threads();
   const size_t n = bytes / 8;
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
+  // In huge pages when the weights are (the fastest way this machine can stream memory, so the
+  // decode's share of it is not flattered by a 4 KB-page baseline).
+  struct Unmap {
+    size_t len;
+    void operator()(void* p) const { munmap(p, len); }
+  };
+  const size_t len = n * 8 + (size_t(2) << 20);
+  void* raw = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return 0;
+  std::unique_ptr<void, Unmap> hold(raw, Unmap{len});
+  auto* buf = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(raw) + (size_t(2) << 20) - 1) &
+                                          ~((size_t(2) << 20) - 1));
+  if (HugeWeights::enabled()) madvise(buf, n * 8, MADV_HUGEPAGE);
   ThreadPool pool(threads);
   pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) buf[i] = uint64_t(i) * 0x9E3779B97F4A7C15ull;
