@@ -72,6 +72,14 @@ void Engine::reset() {
   history_ok_ = true;
 }
 
+void Engine::wait_fed(std::span<const int32_t> fed) {
+  history_ok_ = false;  // stays false if the wait throws: the state is then unknown
+  q_->wait();
+  pos_ += int(fed.size());
+  history_.insert(history_.end(), fed.begin(), fed.end());
+  history_ok_ = true;
+}
+
 int Engine::reuse_prefix(std::span<const int32_t> ids) {
   const size_t h = history_.size();
   if (history_ok_ && h > 0 && h < ids.size() && int(h) == pos_ && std::equal(history_.begin(), history_.end(), ids.begin()))
@@ -106,11 +114,7 @@ std::vector<float> Engine::score(std::span<const int32_t> ids) {
     write_tokens(a, ids.subspan(i, n));
     model_->forward(*q_, state_, a, n, true, act1_.tokens);
     q_->go(op::Read{a.logits.buf, 0, size_t(n) * V * 4, out.data() + i * V});
-    history_ok_ = false;
-    q_->wait();
-    pos_ += n;
-    history_.insert(history_.end(), ids.begin() + i, ids.begin() + i + n);
-    history_ok_ = true;
+    wait_fed(ids.subspan(i, n));
   }
   return out;
 }
@@ -129,11 +133,7 @@ int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logi
       last_logits->resize(config().vocab_size);
       q_->go(op::Read{act_.logits.buf, 0, size_t(config().vocab_size) * 4, last_logits->data()});
     }
-    history_ok_ = false;
-    q_->wait();
-    pos_ += n;
-    history_.insert(history_.end(), ids.begin() + i, ids.begin() + i + n);
-    history_ok_ = true;
+    wait_fed(ids.subspan(i, n));
     last_next_ = next;
   }
   return next;
@@ -171,11 +171,7 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
   q_->go(op::TopK{act1_.logits, V, n, Ref{top_ids_}, Ref{top_vals_}});
   q_->go(op::Read{top_ids_, 0, size_t(n) * 4, ids->data()});
   q_->go(op::Read{top_vals_, 0, size_t(n) * 4, vals->data()});
-  history_ok_ = false;
-  q_->wait();
-  pos_ += 1;
-  history_.push_back(token);
-  history_ok_ = true;
+  wait_fed(std::span<const int32_t>(&token, 1));
   last_next_ = next;
 }
 
@@ -194,11 +190,7 @@ int32_t Engine::run_step(std::vector<float>* logits, int32_t token) {
     logits->resize(config().vocab_size);
     q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
   }
-  history_ok_ = false;
-  q_->wait();
-  pos_ += 1;
-  history_.push_back(token);
-  history_ok_ = true;
+  wait_fed(std::span<const int32_t>(&token, 1));
   last_next_ = next;
   return next;
 }
@@ -211,11 +203,7 @@ std::vector<std::vector<float>> Engine::layer_outputs(std::span<const int32_t> i
   std::vector<std::vector<float>> out;
   write_tokens(a, ids);
   model_->forward(*q_, state_, a, int(ids.size()), false, act1_.tokens, &out);
-  history_ok_ = false;
-  q_->wait();
-  pos_ += int(ids.size());
-  history_.assign(ids.begin(), ids.end());
-  history_ok_ = true;
+  wait_fed(ids);
   return out;
 }
 
