@@ -151,8 +151,7 @@ class CpuBackend : public Backend {
     auto b = std::make_shared<WrappedStorage>();
     b->bytes = bytes;
     b->name = name;
-    if (bytes >= (size_t(1) << 20) && huge_enabled_) {
-      b->ptr = huge_.copy(host, bytes, &b->keep);
+    if (bytes >= (size_t(1) << 20) && huge_enabled_ && (b->ptr = huge_.copy(host, bytes, &b->keep))) {
       huge_bytes_ += bytes;
     } else {
       b->ptr = const_cast<void*>(host);

@@ -20,6 +20,8 @@ class HugeWeights {
   static bool enabled();
   // Copies bytes (64-byte aligned in the copy) and drops the source's whole pages from this
   // process. The returned pointer lives as long as `owner` (a 64 MB or larger arena chunk).
+  // Returns nullptr (nothing copied) when less than the tensor plus 1 GB of memory is available:
+  // the file's clean pages can be evicted under pressure, anonymous copies cannot.
   void* copy(const void* src, size_t bytes, std::shared_ptr<const void>* owner);
 
  private:
