@@ -36,6 +36,10 @@ TEST(CudaParity, LargeProject) {
   auto t = cuda_target();
   large_project_cases(t);
 }
+TEST(CudaParity, TallProject) {
+  auto t = cuda_target();
+  tall_project_cases(t);
+}
 TEST(CudaParity, MixedAndSwiGLU) {
   auto t = cuda_target();
   mixed_and_swiglu_cases(t);

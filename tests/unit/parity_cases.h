@@ -201,6 +201,25 @@ inline void large_project_cases(std::vector<Target>& targets) {
   }
 }
 
+// Tall 4-bit products (the CUDA output-head kernel takes 32768 rows and more, K <= 2048): group
+// sizes 32/64/128, with and without the fused norm, one and two tokens.
+inline void tall_project_cases(std::vector<Target>& targets) {
+  Rig rig;
+  const int rows = 33001;
+  for (int K : {256, 768, 2048})
+    for (int gs : {32, 64, 128}) {
+      Matrix m = rig.matrix(WFormat::Affine, rows, K, 4, gs, DType::BF16);
+      for (int T : {1, 2}) {
+        Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
+        Ref y = rig.zeros(size_t(T) * rows * 4);
+        const std::string what = "tall K=" + std::to_string(K) + " gs=" + std::to_string(gs) + " T=" + std::to_string(T);
+        check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
+          return Op(op::Project{g.map(x), T == 1 ? g.map(norm) : Ref{}, 1e-6f, {g.map(m)}, {o[0]}, 1, T});
+        }, what);
+      }
+    }
+}
+
 inline void mixed_and_swiglu_cases(std::vector<Target>& targets) {
   Rig rig;
   const int K = 256, T = 5;

@@ -2,6 +2,8 @@
 // kernel 1: causal conv + SiLU for every channel (one thread per channel, tokens in order);
 // kernel 2: per value head: q/k L2 norms, gates, the delta-rule update of S (fp32, in shared
 // memory while the head is processed), read-out and the gated RMSNorm.
+#include <cstdlib>
+
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
@@ -155,9 +157,105 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
   }
 }
 
+// The 2B-family case in one kernel (Hk == Hv, Dk == Dv == 128, conv kernel 4): block hv also
+// runs the causal conv + SiLU of its 384 channels (q and k of its key head, v of its value head:
+// thread v owns channel v of each), so the conv costs no launch of its own. Before the
+// programmatic-launch wait the block only prefetches its state into L2 (the values are read
+// after the wait, when the previous step's writes are certain to be complete) and loads the
+// conv weights, which no kernel writes.
+template <int KC>
+__global__ void __launch_bounds__(128) fused_kernel(GdnArgs a) {
+  constexpr int DK = 128;
+  pdl_trigger();
+  __shared__ float qn[DK], kn[DK], ob[DK], slot[4];
+  const int hv = blockIdx.x, H = a.hv;
+  const int C = 3 * H * DK;
+  const int v = threadIdx.x;
+  const int ch[3] = {hv * DK + v, H * DK + hv * DK + v, 2 * H * DK + hv * DK + v};  // q, k, v channels
+  float* Sg = a.S + size_t(hv) * DK * DK;
+  {  // this block's 64 KB of state into L2: 512 lines of 128 bytes, 4 per thread
+    const char* base = reinterpret_cast<const char*>(Sg);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t(v) + 128 * i) * 128));
+  }
+  float w[3][KC];
+#pragma unroll
+  for (int c = 0; c < 3; ++c)
+#pragma unroll
+    for (int j = 0; j < KC; ++j) w[c][j] = a.conv_w[size_t(ch[c]) * KC + j];
+  pdl_wait();
+  float st[3][KC - 1];
+#pragma unroll
+  for (int c = 0; c < 3; ++c)
+#pragma unroll
+    for (int j = 0; j < KC - 1; ++j) st[c][j] = a.conv_state[size_t(j) * C + ch[c]];
+  float col[DK];
+#pragma unroll
+  for (int i = 0; i < DK; ++i) col[i] = Sg[i * DK + v];
+  const float scale = 1.0f / sqrtf(float(DK));
+  for (int t = 0; t < a.T; ++t) {
+    float uc[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {  // conv_kernel's order: chain over the state, then the input
+      const float in = a.mixed[size_t(t) * C + ch[c]];
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < KC - 1; ++j) acc = fmaf(w[c][j], st[c][j], acc);
+      acc = fmaf(w[c][KC - 1], in, acc);
+      uc[c] = num::silu(acc);
+      a.u[size_t(t) * C + ch[c]] = uc[c];
+#pragma unroll
+      for (int j = 0; j + 1 < KC - 1; ++j) st[c][j] = st[c][j + 1];
+      st[c][KC - 2] = in;
+    }
+    qn[v] = uc[0];
+    kn[v] = uc[1];
+    __syncthreads();
+    const float rq = 1.0f / sqrtf(block_sum_squares(qn, DK, slot) + 1e-6f);
+    const float rk = 1.0f / sqrtf(block_sum_squares(kn, DK, slot + 1) + 1e-6f);
+    qn[v] = (qn[v] * rq) * scale;
+    kn[v] = kn[v] * rk;
+    __syncthreads();
+    const float beta = num::sigmoid(a.b[size_t(t) * H + hv]);
+    const float g = a.A_neg[hv] * num::softplus(a.a[size_t(t) * H + hv] + a.dt_bias[hv]);
+    const float alpha = num::exp(g);
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      col[i] = alpha * col[i];
+      m = fmaf(col[i], kn[i], m);
+    }
+    const float delta = beta * (uc[2] - m);
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      col[i] = fmaf(kn[i], delta, col[i]);
+      o = fmaf(col[i], qn[i], o);
+    }
+    ob[v] = o;
+    __syncthreads();
+    const float r = num::rms_inv(block_sum_squares(ob, DK, slot + 2), DK, a.eps);
+    const size_t at = size_t(t) * H * DK + size_t(hv) * DK + v;
+    a.out[at] = ((ob[v] * r) * a.norm[v]) * num::silu(a.z[at]);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < DK; ++i) Sg[i * DK + v] = col[i];
+#pragma unroll
+  for (int c = 0; c < 3; ++c)
+#pragma unroll
+    for (int j = 0; j < KC - 1; ++j) a.conv_state[size_t(j) * C + ch[c]] = st[c][j];
+}
+
 }  // namespace
 
 void launch_gdn(const GdnArgs& a, cudaStream_t s) {
+  static const char* fused_env = std::getenv("DELTAQ_GDN_FUSED");
+  static const bool fused = !(fused_env && fused_env[0] == '0');
+  if (fused && a.hk == a.hv && a.dk == 128 && a.dv == 128 && a.K == 4) {
+    launch_kernel(fused_kernel<4>, a.hv, 128, 0, s, a);
+    return;
+  }
   const int C = 2 * a.hk * a.dk + a.hv * a.dv;
   launch_kernel(conv_kernel, (C + 255) / 256, 256, 0, s, a);
   const int threads = ((a.dv + 31) / 32) * 32;

@@ -40,6 +40,9 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
 // The resident variant (matvec_resident.cu): all matrices 4-bit with group size gs and the
 // block's rows fitting in shared memory. Returns false (nothing launched) when it does not apply.
 bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s);
+// The tall-product variant (matvec_head.cu): one 4-bit matrix of many rows, K <= 2048, x kept
+// in registers. Returns false when it does not apply.
+bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s);
 
 struct EmbedArgs {
   MatDev table;

@@ -284,6 +284,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       }
       gs = a.m[i].gs;
     }
+  if (gs && launch_project_head(a, num_sms, s)) return;         // tall 4-bit head, x in registers
   if (launch_project_resident(a, gs, num_sms, s)) return;  // weights fit in shared memory
   // Launch knobs (the kernel lab's sweep; results never depend on them): blocks per SM for the
   // grid cap, and the warps per SM below which rows are not paired.
