@@ -62,9 +62,10 @@ constexpr int kPos = 64;
 // holds the new position p makes the new k itself (norm + rotary) and uses it for position p;
 // the first query head of each KV group also writes k and v into the cache for later kernels.
 template <bool APPEND>
-__global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
+__global__ void __launch_bounds__(256) scores_kernel(AttnArgs a, int skip) {
   pdl_trigger();
   pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
   extern __shared__ float smem[];
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd, half = a.rot / 2;
   const int p = *a.pos + t;
@@ -129,9 +130,10 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a) {
 // position mod 32), then thread i runs the position-ordered chain over V[., i].
 constexpr int kDims = 64;
 
-__global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a) {
+__global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a, int skip) {
   pdl_trigger();
   pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
   extern __shared__ float e[];  // [L] exp(s - max), then slot
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd;
   const int p = *a.pos + t;
@@ -195,18 +197,19 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   const dim3 grid(a.T * a.h, (a.max_ctx + kPos - 1) / kPos);
   static const char* env = std::getenv("DELTAQ_ATTN_FUSED");
   static const bool fused = !(env && env[0] == '0');
+  const int skip = lab_skip("attn") ? 1 : 0;
   if (a.T == 1 && fused) {  // one token: the append inside the scores kernel (one launch fewer)
-    launch_kernel(scores_kernel<true>, grid, 256, smem + size_t(a.hd) * 4, s, a);
+    launch_kernel(scores_kernel<true>, grid, 256, smem + size_t(a.hd) * 4, s, a, skip);
   } else {
     launch_kernel(append_kernel, a.T * a.hkv, 256, smem, s, a);
-    launch_kernel(scores_kernel<false>, grid, 256, smem, s, a);
+    launch_kernel(scores_kernel<false>, grid, 256, smem, s, a, skip);
   }
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     attr_set = true;
   }
-  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, a);
+  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, a, skip);
 }
 
 }  // namespace dq::cuda

@@ -36,6 +36,10 @@ __device__ __forceinline__ void report_error(DeviceError* e, int code, int a, in
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// The kernel lab's ablation switch: DELTAQ_LAB_SKIP=gdn,attn makes those kernels return right
+// after their wait (results are then wrong), to see what they cost inside the decode step.
+bool lab_skip(const char* what);
+
 // Launches a kernel with the programmatic-serialization attribute (DELTAQ_PDL=0 turns it off).
 bool pdl_enabled();
 template <class... KArgs, class... Args>

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
 // after the wait, when the previous step's writes are certain to be complete) and loads the
 // conv weights, which no kernel writes.
 template <int KC>
-__global__ void __launch_bounds__(128) fused_kernel(GdnArgs a) {
+__global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
   constexpr int DK = 128;
   pdl_trigger();
   __shared__ float qn[DK], kn[DK], ob[DK], slot[4];
@@ -178,12 +178,16 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t(v) + 128 * i) * 128));
   }
+  // Weights (no kernel writes them) before the wait.
   float w[3][KC];
 #pragma unroll
   for (int c = 0; c < 3; ++c)
 #pragma unroll
     for (int j = 0; j < KC; ++j) w[c][j] = a.conv_w[size_t(ch[c]) * KC + j];
+  const float A_neg = a.A_neg[hv], dt_bias = a.dt_bias[hv], nw = a.norm[v];
   pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
+  // Every load of the step is issued here, before the first barrier.
   float st[3][KC - 1];
 #pragma unroll
   for (int c = 0; c < 3; ++c)
@@ -194,19 +198,24 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a) {
   for (int i = 0; i < DK; ++i) col[i] = Sg[i * DK + v];
   const float scale = 1.0f / sqrtf(float(DK));
   for (int t = 0; t < a.T; ++t) {
+    float in[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) in[c] = a.mixed[size_t(t) * C + ch[c]];
+    const float bt = a.b[size_t(t) * H + hv], at_ = a.a[size_t(t) * H + hv];
+    const size_t at = size_t(t) * H * DK + size_t(hv) * DK + v;
+    const float zv = a.z[at];
     float uc[3];
 #pragma unroll
     for (int c = 0; c < 3; ++c) {  // conv_kernel's order: chain over the state, then the input
-      const float in = a.mixed[size_t(t) * C + ch[c]];
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < KC - 1; ++j) acc = fmaf(w[c][j], st[c][j], acc);
-      acc = fmaf(w[c][KC - 1], in, acc);
+      acc = fmaf(w[c][KC - 1], in[c], acc);
       uc[c] = num::silu(acc);
       a.u[size_t(t) * C + ch[c]] = uc[c];
 #pragma unroll
       for (int j = 0; j + 1 < KC - 1; ++j) st[c][j] = st[c][j + 1];
-      st[c][KC - 2] = in;
+      st[c][KC - 2] = in[c];
     }
     qn[v] = uc[0];
     kn[v] = uc[1];
@@ -216,8 +225,8 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a) {
     qn[v] = (qn[v] * rq) * scale;
     kn[v] = kn[v] * rk;
     __syncthreads();
-    const float beta = num::sigmoid(a.b[size_t(t) * H + hv]);
-    const float g = a.A_neg[hv] * num::softplus(a.a[size_t(t) * H + hv] + a.dt_bias[hv]);
+    const float beta = num::sigmoid(bt);
+    const float g = A_neg * num::softplus(at_ + dt_bias);
     const float alpha = num::exp(g);
     float m = 0.0f;
 #pragma unroll
@@ -235,8 +244,7 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a) {
     ob[v] = o;
     __syncthreads();
     const float r = num::rms_inv(block_sum_squares(ob, DK, slot + 2), DK, a.eps);
-    const size_t at = size_t(t) * H * DK + size_t(hv) * DK + v;
-    a.out[at] = ((ob[v] * r) * a.norm[v]) * num::silu(a.z[at]);
+    a.out[at] = ((ob[v] * r) * nw) * num::silu(zv);
     __syncthreads();
   }
 #pragma unroll
@@ -253,7 +261,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   static const char* fused_env = std::getenv("DELTAQ_GDN_FUSED");
   static const bool fused = !(fused_env && fused_env[0] == '0');
   if (fused && a.hk == a.hv && a.dk == 128 && a.dv == 128 && a.K == 4) {
-    launch_kernel(fused_kernel<4>, a.hv, 128, 0, s, a);
+    launch_kernel(fused_kernel<4>, a.hv, 128, 0, s, a, lab_skip("gdn") ? 1 : 0);
     return;
   }
   const int C = 2 * a.hk * a.dk + a.hv * a.dv;

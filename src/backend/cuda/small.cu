@@ -100,6 +100,11 @@ bool pdl_enabled() {
   return on;
 }
 
+bool lab_skip(const char* what) {
+  const char* env = std::getenv("DELTAQ_LAB_SKIP");
+  return env && std::string(env).find(what) != std::string::npos;
+}
+
 void launch_embed(const EmbedArgs& a, cudaStream_t s) { launch_kernel(embed_kernel, a.T, 256, 0, s, a); }
 
 void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, unsigned long long* key, int num_sms,
