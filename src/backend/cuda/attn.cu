@@ -2,8 +2,6 @@
 // kernel 1 appends k (RMSNorm + rotary) and v to the cache for every new token;
 // kernel 2, one block per (token, query head): q norm + rotary, scores (one warp per position,
 // canonical dot), max, exp, canonical sum, weighted sum of V in position order, output gate.
-#include <cstdlib>
-
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
@@ -58,10 +56,6 @@ __global__ void append_kernel(AttnArgs a) {
 // current length exit at once, so the grid can be sized for the whole context (graph replay).
 constexpr int kPos = 64;
 
-// APPEND (one token, T == 1): the append kernel's work is done here too. The block whose chunk
-// holds the new position p makes the new k itself (norm + rotary) and uses it for position p;
-// the first query head of each KV group also writes k and v into the cache for later kernels.
-template <bool APPEND>
 __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a, int skip) {
   pdl_trigger();
   pdl_wait();
@@ -70,32 +64,13 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a, int skip) {
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd, half = a.rot / 2;
   const int p = *a.pos + t;
   const int tau0 = blockIdx.y * kPos;
-  if (p < 0 || p >= a.max_ctx) {
-    if (APPEND && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report_error(a.err, kErrContextFull, p, a.max_ctx);
-    return;
-  }
-  if (tau0 > p) return;  // out of range: reported by the append kernel
+  if (p < 0 || p >= a.max_ctx || tau0 > p) return;  // out of range: reported by the append kernel
   const int L = p + 1, j = h / (a.h / a.hkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* q = smem;          // [hd]
   float* slot = smem + hd;  // [32]
-  float* knew = slot + 32;  // [hd] (APPEND)
   const float* qg = a.qg + (size_t(t) * a.h + h) * 2 * hd;
   norm_rope(qg, a.q_norm, hd, a.rot, a.eps, a.rope_cos + size_t(p) * half, a.rope_sin + size_t(p) * half, q, slot);
-  const bool holds_p = APPEND && p < tau0 + kPos;
-  if (holds_p) {
-    norm_rope(a.k + size_t(j) * hd, a.k_norm, hd, a.rot, a.eps, a.rope_cos + size_t(p) * half,
-              a.rope_sin + size_t(p) * half, knew, slot);
-    if (h % (a.h / a.hkv) == 0) {
-      float* kcp = a.k_cache + (size_t(p) * a.hkv + j) * hd;
-      float* vcp = a.v_cache + (size_t(p) * a.hkv + j) * hd;
-      const float* v = a.v + size_t(j) * hd;
-      for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        kcp[i] = knew[i];
-        vcp[i] = v[i];
-      }
-    }
-  }
   const float scale = 1.0f / sqrtf(float(hd));
   const size_t stride = size_t(a.hkv) * hd;
   const float* kc = a.k_cache + size_t(j) * hd;
@@ -108,9 +83,7 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a, int skip) {
       const int tau = tau0 + warp * (kPos / 8) + k0 + k;
 #pragma unroll
       for (int c = 0; c < 16; ++c)
-        kv[k][c] = (c < nc && tau < L && lane + 32 * c < hd)
-                       ? (holds_p && tau == p ? knew[lane + 32 * c] : kc[tau * stride + lane + 32 * c])
-                       : 0.0f;
+        kv[k][c] = (c < nc && tau < L && lane + 32 * c < hd) ? kc[tau * stride + lane + 32 * c] : 0.0f;
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -195,15 +168,9 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   DQ_CHECK(size_t(a.max_ctx) * 4 <= 200 * 1024, "CUDA attention supports contexts up to 51200 tokens, got {}", a.max_ctx);
   const size_t smem = size_t(a.hd + 32) * 4;
   const dim3 grid(a.T * a.h, (a.max_ctx + kPos - 1) / kPos);
-  static const char* env = std::getenv("DELTAQ_ATTN_FUSED");
-  static const bool fused = !(env && env[0] == '0');
   const int skip = lab_skip("attn") ? 1 : 0;
-  if (a.T == 1 && fused) {  // one token: the append inside the scores kernel (one launch fewer)
-    launch_kernel(scores_kernel<true>, grid, 256, smem + size_t(a.hd) * 4, s, a, skip);
-  } else {
-    launch_kernel(append_kernel, a.T * a.hkv, 256, smem, s, a);
-    launch_kernel(scores_kernel<false>, grid, 256, smem, s, a, skip);
-  }
+  launch_kernel(append_kernel, a.T * a.hkv, 256, smem, s, a);
+  launch_kernel(scores_kernel, grid, 256, smem, s, a, skip);
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));

@@ -43,7 +43,7 @@ __device__ __forceinline__ float bf16_bits(unsigned short v) { return __uint_as_
 
 // NU = K / 256 units per lane, GL = ceil(G / 32) groups per lane.
 template <int NU, int GL>
-__global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a, int ahead) {
+__global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a) {
   __shared__ __align__(16) float raw[NU * 256];
   const MatDev& m = a.m[0];
   constexpr int K = NU * 256;
@@ -97,17 +97,6 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a,
 
     float* y = m.y + size_t(t) * rows;
     for (int row = gw; row < rows; row += warps) {
-      // Row `ahead` warps-strides ahead into L2 (one 128-byte line per lane, no registers): with
-      // only the next row in registers too few bytes are in flight to cover the DRAM latency.
-      const int far = row + ahead * warps;
-      if (ahead > 0 && far < rows) {
-        constexpr int kLines = NU * 32 * 4 / 128;  // weight lines of a row
-        const char* p = nullptr;
-        if (lane < kLines) p = reinterpret_cast<const char*>(static_cast<const uint32_t*>(m.w) + size_t(far) * NU * 32) + 128 * lane;
-        else if (lane == kLines) p = reinterpret_cast<const char*>(static_cast<const unsigned short*>(m.s) + size_t(far) * G);
-        else if (lane == kLines + 1) p = reinterpret_cast<const char*>(static_cast<const unsigned short*>(m.b) + size_t(far) * G);
-        if (p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-      }
       RowLoad<NU, GL> nxt;
       const int next = row + warps < rows ? row + warps : (t + 1 < a.T ? gw : -1);
       if (next >= 0) load_row(nxt, m, next, lane, gs_shift, G);
@@ -135,10 +124,8 @@ bool launch_nu(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   static const int per_sm = std::getenv("DELTAQ_HEAD_BLOCKS") ? std::atoi(std::getenv("DELTAQ_HEAD_BLOCKS")) : 2;
   const int need = (a.m[0].rows + kHeadWarps - 1) / kHeadWarps;
   const int blocks = std::max(1, std::min(need, num_sms * std::max(1, per_sm)));
-  // Rows prefetched ahead into L2, in warp strides (DELTAQ_HEAD_AHEAD; 0 = none).
-  static const int ahead = std::getenv("DELTAQ_HEAD_AHEAD") ? std::atoi(std::getenv("DELTAQ_HEAD_AHEAD")) : 2;
-  if (G <= 32) launch_kernel(head_kernel<NU, 1>, blocks, kHeadWarps * 32, 0, s, a, ahead);
-  else if (G <= 64) launch_kernel(head_kernel<NU, 2>, blocks, kHeadWarps * 32, 0, s, a, ahead);
+  if (G <= 32) launch_kernel(head_kernel<NU, 1>, blocks, kHeadWarps * 32, 0, s, a);
+  else if (G <= 64) launch_kernel(head_kernel<NU, 2>, blocks, kHeadWarps * 32, 0, s, a);
   else return false;
   return true;
 }
