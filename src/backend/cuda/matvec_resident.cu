@@ -122,51 +122,12 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
   out_b = warp_butterfly(acc_b + bias_b);
 }
 
-// K == 2048 (the 2B family's usual width): each lane's 64 x values (units lane + 32 i) live in
-// registers for all of the warp's rows, so the row loop reads only weights and scales.
-struct XRegs {
-  float4 a[8], b[8];
-};
-__device__ __forceinline__ void load_xregs(XRegs& r, const float4* xa, const float4* xb, int lane) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    r.a[i] = xa[lane + 32 * i];
-    r.b[i] = xb[lane + 32 * i];
-  }
-}
-__device__ __forceinline__ void dot2_xreg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
-                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                          int gs_shift, const XRegs& x, const float* xg, int lane, float& out_a,
-                                          float& out_b) {
-  uint32_t va[8], vb[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    va[i] = wa[lane + 32 * i];
-    vb[i] = wb[lane + 32 * i];
-  }
-  float acc_a = 0.0f, acc_b = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int g = ((lane + 32 * i) * 8) >> gs_shift;
-    acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x.a[i], x.b[i]), acc_a);
-    acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x.a[i], x.b[i]), acc_b);
-  }
-  const int G = 2048 >> gs_shift;
-  float bias_a = 0.0f, bias_b = 0.0f;
-  for (int g = lane; g < G; g += 32) {
-    bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
-    bias_b = fmaf(__uint_as_float(uint32_t(bb[g]) << 16), xg[g], bias_b);
-  }
-  out_a = warp_butterfly(acc_a + bias_a);
-  out_b = warp_butterfly(acc_b + bias_b);
-}
-
 // Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
-template <bool FAST, bool XREG>
+template <bool FAST>
 __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
                                          const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
                                          int gs, SDt sdt, const float4* xa, const float4* xb, const float* xg,
-                                         const XRegs& xr, int lane, float& out_a, float& out_b) {
+                                         int lane, float& out_a, float& out_b) {
   if constexpr (FAST) {
     using S = const unsigned short*;
     if (!two) {
@@ -174,14 +135,13 @@ __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, con
       sb = sa;
       bb = ba;
     }
-    if constexpr (XREG) dot2_xreg(wa, S(sa), S(ba), wb, S(sb), S(bb), gs_shift, xr, xg, lane, out_a, out_b);
-    else dot2_fast(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane, out_a, out_b);
+    dot2_fast(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane, out_a, out_b);
   } else {
     dot_rows(wa, sa, ba, wb, sb, bb, two, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, out_a, out_b);
   }
 }
 
-template <int WARPS, int MINB, bool FAST, bool XREG = false>
+template <int WARPS, int MINB, bool FAST>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
@@ -336,8 +296,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     }
     __syncthreads();
 
-    XRegs xr;
-    if constexpr (XREG) load_xregs(xr, xa, xb, lane);
     if (skip & 2) {
       if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
     } else if (swiglu) {
@@ -345,9 +303,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
       for (int j = warp; j < seg[0].n; j += WARPS) {
         float gv = 0.0f, uv = 0.0f;
-        dot_pair<FAST, XREG>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
-                             wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U,
-                             G, gs_shift, gs, sdt, xa, xb, xg, xr, lane, gv, uv);
+        dot_pair<FAST>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
+                       wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
+                       gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
         if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + j] = num::silu(gv) * uv;
       }
     } else {
@@ -362,9 +320,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
           float va = 0.0f, vb = 0.0f;
-          dot_pair<FAST, XREG>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
-                               w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G,
-                               gs_shift, gs, sdt, xa, xb, xg, xr, lane, va, vb);
+          dot_pair<FAST>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow, w + size_t(k) * U,
+                         smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G, gs_shift, gs, sdt, xa, xb, xg,
+                         lane, va, vb);
           if (lane == 0) {
             if (a.epi == Epilogue::Add) {
               const bool pre = t == 0 && i == 0 && j == 2 * warp;
@@ -432,18 +390,6 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): 1 skips the weight
   // copies, 2 the row products, to see where a launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
-  // K == 2048: x in registers (DELTAQ_MV_XREG=0 reads it from shared memory per unit instead).
-  static const char* xenv = std::getenv("DELTAQ_MV_XREG");
-  static const bool xreg_on = !(xenv && xenv[0] == '0');
-  if (fast && a.K == 2048 && xreg_on && v == 3) {
-    static bool xattr = false;
-    if (!xattr) {
-      DQ_CUDA_CHECK(cudaFuncSetAttribute(resident_kernel<8, 2, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-      xattr = true;
-    }
-    launch_kernel(resident_kernel<8, 2, true, true>, blocks, 8 * 32, smem, s, a, gs, items, skip);
-    return true;
-  }
   launch_kernel(table[v][fast ? 1 : 0], blocks, warps[v] * 32, smem, s, a, gs, items, skip);
   return true;
 }
