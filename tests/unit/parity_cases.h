@@ -279,10 +279,12 @@ inline void attn_cases(std::vector<Target>& targets) {
   struct D {
     int h, hkv, hd, rot;
   };
-  const int ctx = 64;
+  // Contexts of one and of several 64-position chunks (more chunks than the CUDA ring's stages).
+  for (int ctx : {64, 300})
   for (D d : {D{4, 2, 64, 16}, D{8, 2, 256, 64}, D{2, 2, 32, 32}, D{3, 1, 48, 0}})
-    for (int pos0 : {0, 5, 40})
+    for (int pos0 : {0, 5, 40, 130, 290})
       for (int T : {1, 4}) {
+        if ((ctx == 64) != (pos0 <= 40)) continue;
         AttnDims ad{d.h, d.hkv, d.hd, d.rot, ctx, 1e-6f};
         Ref qg = rig.inputs(size_t(T) * d.h * 2 * d.hd), k = rig.inputs(size_t(T) * d.hkv * d.hd),
             v = rig.inputs(size_t(T) * d.hkv * d.hd), qn = rig.floats(d.hd), kn = rig.floats(d.hd);
@@ -293,7 +295,8 @@ inline void attn_cases(std::vector<Target>& targets) {
         check(rig, targets, {kc, vc, out}, [&](Target& g, const std::vector<Ref>& o) {
           return Op(op::AttnCore{ad, g.map(qg), g.map(k), g.map(v), g.map(qn), g.map(kn), g.map(cs), g.map(sn), o[0], o[1],
                                  g.map(pos), g.map(scores), o[2], T});
-        }, "attn h=" + std::to_string(d.h) + " pos=" + std::to_string(pos0) + " T=" + std::to_string(T));
+        }, "attn h=" + std::to_string(d.h) + " ctx=" + std::to_string(ctx) + " pos=" + std::to_string(pos0) +
+               " T=" + std::to_string(T));
       }
 }
 

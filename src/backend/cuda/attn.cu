@@ -2,6 +2,8 @@
 // kernel 1 appends k (RMSNorm + rotary) and v to the cache for every new token;
 // kernel 2, one block per (token, query head): q norm + rotary, scores (one warp per position,
 // canonical dot), max, exp, canonical sum, weighted sum of V in position order, output gate.
+#include <cstdlib>
+
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
@@ -161,6 +163,83 @@ __global__ void __launch_bounds__(kDims) softmax_v_kernel(AttnArgs a, int skip) 
   a.out[(size_t(t) * a.h + h) * hd + i] = (acc / Z) * num::sigmoid(gate[i]);
 }
 
+// The same softmax and chain, for contexts where V's loads, not the chain, would set the pace:
+// 256 threads stream V's 64-position chunks (64 dims x 256 bytes each) into a ring of shared
+// memory with cp.async, kVStages chunks in flight, while threads 0..63 run the chain over the
+// chunk that has landed. Same order and arithmetic as softmax_v_kernel.
+constexpr int kVThreads = 256, kVPos = 64, kVStages = 4;
+constexpr size_t kVRingBytes = size_t(kVStages) * kVPos * kDims * 4;
+
+__global__ void __launch_bounds__(kVThreads) softmax_v_ring_kernel(AttnArgs a, int skip) {
+  pdl_trigger();
+  pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+  extern __shared__ __align__(16) float sm[];
+  float* ring = sm;                                  // [kVStages][kVPos][kDims]
+  float* e = sm + size_t(kVStages) * kVPos * kDims;  // [L] exp(s - max)
+  __shared__ float slot[kVThreads / 32 + 1];
+  const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd;
+  const int p = *a.pos + t;
+  if (p < 0 || p >= a.max_ctx) return;
+  const int L = p + 1, j = h / (a.h / a.hkv);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
+  float mx = -INFINITY;
+  for (int tau = tid; tau < L; tau += kVThreads) mx = fmaxf(mx, s[tau]);
+  for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  if (lane == 0) slot[warp] = mx;
+  __syncthreads();
+  mx = slot[0];
+  for (int w = 1; w < kVThreads / 32; ++w) mx = fmaxf(mx, slot[w]);
+  for (int tau = tid; tau < L; tau += kVThreads) e[tau] = num::exp(s[tau] - mx);
+  __syncthreads();
+  if (warp == 0) {
+    float z = 0.0f;
+    for (int tau = lane; tau < L; tau += 32) z = z + e[tau];
+    z = warp_butterfly(z);
+    if (lane == 0) slot[kVThreads / 32] = z;
+  }
+  // (the barrier at the first chunk publishes Z)
+  const int d0 = blockIdx.y * kDims;
+  const size_t stride = size_t(a.hkv) * hd;
+  const float* vbase = a.v_cache + size_t(j) * hd + d0;
+  const int nchunks = (L + kVPos - 1) / kVPos;
+  constexpr int kPieces = kVPos * kDims / 4;  // 16-byte pieces per chunk
+  auto issue = [&](int c) {
+    float* dst = ring + size_t(c % kVStages) * kVPos * kDims;
+    for (int k = tid; k < kPieces; k += kVThreads) {
+      const int pos = k / (kDims / 4), part = k % (kDims / 4);
+      const int tau = c * kVPos + pos;
+      if (tau < L && d0 + 4 * part < hd) async_copy16(dst + pos * kDims + 4 * part, vbase + size_t(tau) * stride + 4 * part);
+    }
+  };
+#pragma unroll
+  for (int c = 0; c < kVStages - 1; ++c) {
+    if (c < nchunks) issue(c);
+    async_commit();
+  }
+  float acc = 0.0f;
+  const int i = d0 + tid;
+  for (int c = 0; c < nchunks; ++c) {
+    if (c + kVStages - 1 < nchunks) issue(c + kVStages - 1);
+    async_commit();
+    async_wait_group<kVStages - 1>();  // this thread's pieces of chunk c have landed
+    __syncthreads();                   // and everyone's
+    if (tid < kDims && i < hd) {
+      const float* v = ring + size_t(c % kVStages) * kVPos * kDims + tid;
+      const int n = min(kVPos, L - c * kVPos);
+      const float* ec = e + c * kVPos;
+      for (int k = 0; k < n; ++k) acc = fmaf(ec[k], v[k * kDims], acc);
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's issue
+  }
+  if (tid < kDims && i < hd) {
+    const float Z = slot[kVThreads / 32];
+    const float* gate = a.qg + (size_t(t) * a.h + h) * 2 * hd + hd;
+    a.out[(size_t(t) * a.h + h) * hd + i] = (acc / Z) * num::sigmoid(gate[i]);
+  }
+}
+
 }  // namespace
 
 void launch_attn(const AttnArgs& a, cudaStream_t s) {
@@ -174,7 +253,16 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
+  }
+  // The ring kernel when its ring and the context's weights fit in shared memory (DELTAQ_ATTN_RING=0: never).
+  static const char* ring_env = std::getenv("DELTAQ_ATTN_RING");
+  static const bool ring_on = !(ring_env && ring_env[0] == '0');
+  const size_t ring_smem = kVRingBytes + size_t(a.max_ctx) * 4;
+  if (ring_on && ring_smem <= 225 * 1024) {
+    launch_kernel(softmax_v_ring_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kVThreads, ring_smem, s, a, skip);
+    return;
   }
   launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, a, skip);
 }

@@ -17,17 +17,6 @@ namespace dq::cuda {
 
 namespace {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// cp.async: 16 bytes per thread, many in flight per thread. (One bulk copy (TMA) per array
-// measured the same on the H200; this needs no mbarrier.)
-__device__ __forceinline__ void async_copy16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // Copies bytes from global to shared memory with all threads of the block: 16-byte cp.async
 // when both ends are 16-byte aligned and bytes % 16 == 0, else 2-byte loads and stores.
 __device__ __forceinline__ void stage_copy(void* dst, const void* src, uint32_t bytes) {
