@@ -41,64 +41,6 @@ __device__ __forceinline__ void load_row(RowLoad<NU, GL>& d, const MatDev& m, in
 
 __device__ __forceinline__ float bf16_bits(unsigned short v) { return __uint_as_float(uint32_t(v) << 16); }
 
-// This lane's x values (units lane + 32 i, normalised when the launch has a norm) and its groups'
-// sums, for token t. Every warp normalises for itself (the canonical sum of squares: lane = index
-// mod 32, then the butterfly), so no broadcast is needed. All threads of the block call it.
-template <int NU, int GL>
-__device__ __forceinline__ void head_x(const ProjectArgs& a, int t, float* raw, int lane, float (&x)[NU][8],
-                                       float (&xg)[GL]) {
-  constexpr int K = NU * 256;
-  const int G = K / a.m[0].gs, gs_shift = a.m[0].gs_shift;
-  const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
-  for (int e = threadIdx.x; e < K / 4; e += blockDim.x) reinterpret_cast<float4*>(raw)[e] = x4[e];
-  __syncthreads();
-  float r = 1.0f;
-  if (a.norm) {
-    float ss = 0.0f;
-#pragma unroll 16
-    for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
-    r = num::rms_inv(warp_butterfly(ss), K, a.eps);
-  }
-  auto xn = [&](int j) { return a.norm ? (raw[j] * r) * a.norm[j] : raw[j]; };
-#pragma unroll
-  for (int i = 0; i < NU; ++i)
-#pragma unroll
-    for (int k = 0; k < 8; ++k) x[i][k] = xn(8 * (lane + 32 * i) + k);
-  // Per unit the chain of its 8 values, per group the chain of its units (numerics.h group_sums).
-#pragma unroll
-  for (int i = 0; i < GL; ++i) {
-    const int g = lane + 32 * i;
-    float s = 0.0f;
-    if (g < G)
-      for (int u = (g << gs_shift) / 8; u < ((g + 1) << gs_shift) / 8; ++u) {
-        float p = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) p = p + xn(8 * u + k);
-        s = s + p;
-      }
-    xg[i] = s;
-  }
-  __syncthreads();  // raw is rewritten by the next token
-}
-
-// The canonical dot of one row given this lane's words, scales and biases (any memory space).
-template <int NU, int GL, class WP, class SP, class BP>
-__device__ __forceinline__ float head_row(WP w, SP sc, BP bi, int G, int gs_shift, const float (&x)[NU][8],
-                                          const float (&xg)[GL], int lane) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NU; ++i) {
-    const float4 xa = make_float4(x[i][0], x[i][1], x[i][2], x[i][3]);
-    const float4 xb = make_float4(x[i][4], x[i][5], x[i][6], x[i][7]);
-    acc = fmaf(bf16_bits(sc(i)), unit_q4(w(i), xa, xb), acc);
-  }
-  float bias = 0.0f;
-#pragma unroll
-  for (int i = 0; i < GL; ++i)
-    if (lane + 32 * i < G) bias = fmaf(bf16_bits(bi(i)), xg[i], bias);
-  return warp_butterfly(acc + bias);
-}
-
 // NU = K / 256 units per lane, GL = ceil(G / 32) groups per lane.
 template <int NU, int GL>
 __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a) {
@@ -117,72 +59,62 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
   pdl_wait();
 
   for (int t = 0; t < a.T; ++t) {
-    float x[NU][8], xg[GL];
-    head_x<NU, GL>(a, t, raw, lane, x, xg);
+    const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
+    for (int e = threadIdx.x; e < K / 4; e += blockDim.x) reinterpret_cast<float4*>(raw)[e] = x4[e];
+    __syncthreads();
+    // Every warp normalises for itself (the canonical sum of squares: lane = index mod 32, then
+    // the butterfly), so no broadcast is needed.
+    float r = 1.0f;
+    if (a.norm) {
+      float ss = 0.0f;
+#pragma unroll 16
+      for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
+      r = num::rms_inv(warp_butterfly(ss), K, a.eps);
+    }
+    auto xn = [&](int j) { return a.norm ? (raw[j] * r) * a.norm[j] : raw[j]; };
+    float x[NU][8];
+#pragma unroll
+    for (int i = 0; i < NU; ++i)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[i][k] = xn(8 * (lane + 32 * i) + k);
+    // Group sums of this lane's groups: per unit the chain of its 8 values, per group the chain
+    // of its units (numerics.h group_sums).
+    float xg[GL];
+#pragma unroll
+    for (int i = 0; i < GL; ++i) {
+      const int g = lane + 32 * i;
+      float s = 0.0f;
+      if (g < G)
+        for (int u = (g << gs_shift) / 8; u < ((g + 1) << gs_shift) / 8; ++u) {
+          float p = 0.0f;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) p = p + xn(8 * u + k);
+          s = s + p;
+        }
+      xg[i] = s;
+    }
+    __syncthreads();  // raw is rewritten by the next token
+
     float* y = m.y + size_t(t) * rows;
     for (int row = gw; row < rows; row += warps) {
       RowLoad<NU, GL> nxt;
       const int next = row + warps < rows ? row + warps : (t + 1 < a.T ? gw : -1);
       if (next >= 0) load_row(nxt, m, next, lane, gs_shift, G);
-      const float v = head_row<NU, GL>([&](int i) { return cur.w[i]; }, [&](int i) { return cur.s[i]; },
-                                       [&](int i) { return cur.b[i]; }, G, gs_shift, x, xg, lane);
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NU; ++i) {
+        const float4 xa = make_float4(x[i][0], x[i][1], x[i][2], x[i][3]);
+        const float4 xb = make_float4(x[i][4], x[i][5], x[i][6], x[i][7]);
+        acc = fmaf(bf16_bits(cur.s[i]), unit_q4(cur.w[i], xa, xb), acc);
+      }
+      float bias = 0.0f;
+#pragma unroll
+      for (int i = 0; i < GL; ++i)
+        if (lane + 32 * i < G) bias = fmaf(bf16_bits(cur.b[i]), xg[i], bias);
+      const float v = warp_butterfly(acc + bias);
       if (lane == 0) y[row] = v;
       if (next >= 0) cur = nxt;
     }
-  }
-}
-
-// One token (decode): the warp's upcoming rows stream into a ring of R stages in shared memory
-// with cp.async (R - 1 rows in flight per warp and no registers held for them), the first R - 1
-// before the programmatic-launch wait. A stage: the row's words, then its G scales and G biases
-// (G % 8 == 0: 16-byte pieces).
-template <int NU, int GL, int R>
-__global__ void __launch_bounds__(kHeadWarps * 32, 2) head_ring_kernel(ProjectArgs a) {
-  extern __shared__ __align__(16) unsigned char hsm[];
-  __shared__ __align__(16) float raw[NU * 256];
-  const MatDev& m = a.m[0];
-  constexpr int WB = NU * 128;  // bytes of a row's words
-  const int G = NU * 256 / m.gs, gs_shift = m.gs_shift;
-  const int SB = WB + 4 * G;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warps = gridDim.x * kHeadWarps;
-  const int gw = blockIdx.x * kHeadWarps + warp;
-  const int rows = m.rows;
-  const int mine = gw < rows ? (rows - 1 - gw) / warps + 1 : 0;
-  unsigned char* ring = hsm + size_t(warp) * R * SB;
-  const int gp = 2 * G / 16;  // 16-byte pieces of the scales (and of the biases)
-  auto issue = [&](int k) {  // the warp's k-th row into stage k % R
-    if (k < mine) {
-      const size_t r = size_t(gw) + size_t(k) * warps;
-      unsigned char* st = ring + (k % R) * SB;
-      const unsigned char* w = static_cast<const unsigned char*>(m.w) + r * WB;
-#pragma unroll
-      for (int pc = lane; pc < WB / 16; pc += 32) async_copy16(st + 16 * pc, w + 16 * pc);
-      if (lane < gp) async_copy16(st + WB + 16 * lane, static_cast<const unsigned char*>(m.s) + r * 2 * G + 16 * lane);
-      else if (lane < 2 * gp)
-        async_copy16(st + WB + 2 * G + 16 * (lane - gp), static_cast<const unsigned char*>(m.b) + r * 2 * G + 16 * (lane - gp));
-    }
-    async_commit();
-  };
-  pdl_trigger();
-#pragma unroll
-  for (int k = 0; k < R - 1; ++k) issue(k);  // weights: no earlier kernel writes them
-  pdl_wait();
-  float x[NU][8], xg[GL];
-  head_x<NU, GL>(a, 0, raw, lane, x, xg);
-  for (int k = 0; k < mine; ++k) {
-    issue(k + R - 1);
-    async_wait_group<R - 1>();  // this lane's pieces of row k have landed
-    __syncwarp();               // and the other lanes'
-    const unsigned char* st = ring + (k % R) * SB;
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
-    const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + WB);
-    const unsigned short* bi = sc + G;
-    const float v = head_row<NU, GL>([&](int i) { return w[lane + 32 * i]; },
-                                     [&](int i) { return sc[((lane + 32 * i) * 8) >> gs_shift]; },
-                                     [&](int i) { return bi[lane + 32 * i]; }, G, gs_shift, x, xg, lane);
-    if (lane == 0) m.y[size_t(gw) + size_t(k) * warps] = v;
-    __syncwarp();  // stage k % R is refilled by the next issue
   }
 }
 
@@ -192,16 +124,6 @@ bool launch_nu(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   static const int per_sm = std::getenv("DELTAQ_HEAD_BLOCKS") ? std::atoi(std::getenv("DELTAQ_HEAD_BLOCKS")) : 2;
   const int need = (a.m[0].rows + kHeadWarps - 1) / kHeadWarps;
   const int blocks = std::max(1, std::min(need, num_sms * std::max(1, per_sm)));
-  // One token and whole 16-byte pieces of scales: the ring kernel (DELTAQ_HEAD_RING=0: never).
-  static const char* ring_env = std::getenv("DELTAQ_HEAD_RING");
-  static const bool ring_on = !(ring_env && ring_env[0] == '0');
-  if (ring_on && a.T == 1 && G % 8 == 0 && G <= 64) {
-    constexpr int R = 4;
-    const size_t smem = size_t(kHeadWarps) * R * (NU * 128 + 4 * G);
-    if (G <= 32) launch_kernel(head_ring_kernel<NU, 1, R>, blocks, kHeadWarps * 32, smem, s, a);
-    else launch_kernel(head_ring_kernel<NU, 2, R>, blocks, kHeadWarps * 32, smem, s, a);
-    return true;
-  }
   if (G <= 32) launch_kernel(head_kernel<NU, 1>, blocks, kHeadWarps * 32, 0, s, a);
   else if (G <= 64) launch_kernel(head_kernel<NU, 2>, blocks, kHeadWarps * 32, 0, s, a);
   else return false;
