@@ -92,6 +92,27 @@ __global__ void head_kernel(GdnArgs a) {
   }
 }
 
+// The delta-rule step of one state column (thread v holds column v of S in registers):
+// decay, read-out against k, the update with beta * (v - m), read-out against q. Returns o_v.
+template <int DK>
+__device__ __forceinline__ float delta_rule_column(float (&col)[DK], const float* kn, const float* qn, float alpha,
+                                                   float beta, float vv) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < DK; ++i) {
+    col[i] = alpha * col[i];
+    m = fmaf(col[i], kn[i], m);
+  }
+  const float delta = beta * (vv - m);
+  float o = 0.0f;
+#pragma unroll
+  for (int i = 0; i < DK; ++i) {
+    col[i] = fmaf(kn[i], delta, col[i]);
+    o = fmaf(col[i], qn[i], o);
+  }
+  return o;
+}
+
 // The common case (Dk a compile-time 128 or 64): thread v keeps column v of S in registers;
 // all its loads are issued at once, S is read once and written once per step.
 template <int DK>
@@ -127,22 +148,7 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
     const float beta = num::sigmoid(a.b[size_t(t) * Hv + hv]);
     const float g = a.A_neg[hv] * num::softplus(a.a[size_t(t) * Hv + hv] + a.dt_bias[hv]);
     const float alpha = num::exp(g);
-    if (v < Dv) {
-      float m = 0.0f;
-#pragma unroll
-      for (int i = 0; i < DK; ++i) {
-        col[i] = alpha * col[i];
-        m = fmaf(col[i], kn[i], m);
-      }
-      const float delta = beta * (u[2 * Hk * DK + hv * Dv + v] - m);
-      float o = 0.0f;
-#pragma unroll
-      for (int i = 0; i < DK; ++i) {
-        col[i] = fmaf(kn[i], delta, col[i]);
-        o = fmaf(col[i], qn[i], o);
-      }
-      ob[v] = o;
-    }
+    if (v < Dv) ob[v] = delta_rule_column<DK>(col, kn, qn, alpha, beta, u[2 * Hk * DK + hv * Dv + v]);
     __syncthreads();
     const float r = num::rms_inv(block_sum_squares(ob, Dv, slot + 2), Dv, a.eps);
     if (v < Dv) {
@@ -228,20 +234,7 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
     const float beta = num::sigmoid(bt);
     const float g = A_neg * num::softplus(at_ + dt_bias);
     const float alpha = num::exp(g);
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < DK; ++i) {
-      col[i] = alpha * col[i];
-      m = fmaf(col[i], kn[i], m);
-    }
-    const float delta = beta * (uc[2] - m);
-    float o = 0.0f;
-#pragma unroll
-    for (int i = 0; i < DK; ++i) {
-      col[i] = fmaf(kn[i], delta, col[i]);
-      o = fmaf(col[i], qn[i], o);
-    }
-    ob[v] = o;
+    ob[v] = delta_rule_column<DK>(col, kn, qn, alpha, beta, uc[2]);
     __syncthreads();
     const float r = num::rms_inv(block_sum_squares(ob, DK, slot + 2), DK, a.eps);
     a.out[at] = ((ob[v] * r) * nw) * num::silu(zv);

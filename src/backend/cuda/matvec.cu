@@ -196,10 +196,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a
     float r = 1.0f;
     if (a.norm) {
       if (warp == 0) {
-        float ss = 0.0f;
-#pragma unroll 8
-        for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
-        ss = warp_butterfly(ss);
+        const float ss = warp_sum_squares(raw, K, lane);
         if (lane == 0) s_r = num::rms_inv(ss, K, a.eps);
       }
       __syncthreads();

@@ -64,13 +64,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
     __syncthreads();
     // Every warp normalises for itself (the canonical sum of squares: lane = index mod 32, then
     // the butterfly), so no broadcast is needed.
-    float r = 1.0f;
-    if (a.norm) {
-      float ss = 0.0f;
-#pragma unroll 16
-      for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
-      r = num::rms_inv(warp_butterfly(ss), K, a.eps);
-    }
+    const float r = a.norm ? num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps) : 1.0f;
     auto xn = [&](int j) { return a.norm ? (raw[j] * r) * a.norm[j] : raw[j]; };
     float x[NU][8];
 #pragma unroll

@@ -244,10 +244,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       __syncthreads();
       // Every warp computes the canonical sum of squares itself (lane = index mod 32, then
       // the butterfly): no broadcast and no extra barrier.
-      float ss = 0.0f;
-#pragma unroll 16
-      for (int j = lane; j < K; j += 32) ss = fmaf(raw[j], raw[j], ss);
-      const float r = num::rms_inv(warp_butterfly(ss), K, a.eps);
+      const float r = num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps);
       auto scale = [r](float4 v, float4 w) {
         return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
       };

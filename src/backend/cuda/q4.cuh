@@ -63,6 +63,15 @@ __device__ __forceinline__ float unit_q8(uint32_t w0, uint32_t w1, float4 xa, fl
   return p;
 }
 
+// The canonical sum of squares of x[0..n) (the RMSNorm of x) by one warp: lane = index mod 32,
+// a chain per lane, then the butterfly.
+__device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lane) {
+  float ss = 0.0f;
+#pragma unroll 16
+  for (int j = lane; j < n; j += 32) ss = fmaf(x[j], x[j], ss);
+  return warp_butterfly(ss);
+}
+
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
