@@ -16,8 +16,6 @@ namespace dq::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;  // warps per block (the default variant)
-
 // x of one token in shared memory, split so that lane reads are conflict-free:
 // xa[u] = x[8u .. 8u+3], xb[u] = x[8u+4 .. 8u+7]; xg[g] = group sums.
 struct SharedX {
