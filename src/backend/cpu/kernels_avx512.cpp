@@ -165,14 +165,21 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
     for (int i = 0; i < R; ++i) {
       const uint16_t* B = B0 + size_t(r + i) * G;
       for (int j = 0; j < NT; ++j) {
-        __m512 bacc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int g = 0; g < G; g += 16) {
-          __mmask16 mk = G - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (G - g)) - 1);
-          __m512 bv = bf16x16_to_ps(_mm256_maskz_loadu_epi16(mk, B + g));
-          __m512 xg = _mm512_maskz_loadu_ps(mk, t.xg[j] + g);
-          bacc[(g / 16) & 1] = _mm512_mask3_fmadd_ps(bv, xg, bacc[(g / 16) & 1], mk);
+        // Groups g and g + 16 go to canonical lanes 0-15 and 16-31 (two named accumulators:
+        // indexing an array by g / 16 kept it in memory, a store-to-load chain per group).
+        __m512 bacc0 = _mm512_setzero_ps(), bacc1 = _mm512_setzero_ps();
+        for (int g = 0; g < G; g += 32) {
+          __mmask16 mk0 = G - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (G - g)) - 1);
+          bacc0 = _mm512_mask3_fmadd_ps(bf16x16_to_ps(_mm256_maskz_loadu_epi16(mk0, B + g)),
+                                        _mm512_maskz_loadu_ps(mk0, t.xg[j] + g), bacc0, mk0);
+          if (g + 16 < G) {
+            const int g1 = g + 16;
+            __mmask16 mk1 = G - g1 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (G - g1)) - 1);
+            bacc1 = _mm512_mask3_fmadd_ps(bf16x16_to_ps(_mm256_maskz_loadu_epi16(mk1, B + g1)),
+                                          _mm512_maskz_loadu_ps(mk1, t.xg[j] + g1), bacc1, mk1);
+          }
         }
-        float v = butterfly(_mm512_add_ps(acc0[i][j], bacc[0]), _mm512_add_ps(acc1[i][j], bacc[1]));
+        float v = butterfly(_mm512_add_ps(acc0[i][j], bacc0), _mm512_add_ps(acc1[i][j], bacc1));
         float* y = t.y[j] + r + i;
         *y = add ? *y + v : v;
       }
