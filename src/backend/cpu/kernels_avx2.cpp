@@ -87,6 +87,15 @@ DQ_AVX2 inline __m256i group_index() {  // lane -> group offset within a block: 
   return _mm256_setr_epi32(0, 8 / GS, 16 / GS, 24 / GS, 32 / GS, 40 / GS, 48 / GS, 56 / GS);
 }
 
+// One bias step of the canonical order: a += b_g * X_g on the lanes of groups g .. g+7 that exist.
+DQ_AVX2 inline __m256 bias_step(__m256 a, const uint16_t* B, const float* xg, int g, int G) {
+  if (g >= G) return a;
+  const __m256 keep = _mm256_castsi256_ps(lane_mask(G - g));
+  const __m256 bv = bf16x8_to_ps(load_u16x8(B + g, G - g));
+  const __m256 x = G - g >= 8 ? _mm256_loadu_ps(xg + g) : _mm256_maskload_ps(xg + g, lane_mask(G - g));
+  return _mm256_blendv_ps(a, _mm256_fmadd_ps(bv, x, a), keep);
+}
+
 template <int R, int NT, int GS>
 DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
   const Matrix& m = *t.m;
@@ -147,16 +156,17 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
     for (int i = 0; i < R; ++i) {
       const uint16_t* B = B0 + size_t(r + i) * G;
       for (int j = 0; j < NT; ++j) {
-        __m256 bacc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int g = 0; g < G; g += 8) {
-          const __m256 keep = _mm256_castsi256_ps(lane_mask(G - g));
-          __m256 bv = bf16x8_to_ps(load_u16x8(B + g, G - g));
-          __m256 xg = G - g >= 8 ? _mm256_loadu_ps(t.xg[j] + g) : _mm256_maskload_ps(t.xg[j] + g, lane_mask(G - g));
-          __m256& a = bacc[(g / 8) & 3];
-          a = _mm256_blendv_ps(a, _mm256_fmadd_ps(bv, xg, a), keep);
+        // Groups g, g+8, g+16, g+24 go to canonical lanes 0-7, 8-15, 16-23, 24-31: four named
+        // accumulators (an array indexed by g / 8 stayed in memory, a store-to-load chain).
+        __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+        for (int g = 0; g < G; g += 32) {
+          b0 = bias_step(b0, B, t.xg[j], g, G);
+          b1 = bias_step(b1, B, t.xg[j], g + 8, G);
+          b2 = bias_step(b2, B, t.xg[j], g + 16, G);
+          b3 = bias_step(b3, B, t.xg[j], g + 24, G);
         }
-        float v = butterfly(_mm256_add_ps(acc[0][i][j], bacc[0]), _mm256_add_ps(acc[1][i][j], bacc[1]),
-                            _mm256_add_ps(acc[2][i][j], bacc[2]), _mm256_add_ps(acc[3][i][j], bacc[3]));
+        float v = butterfly(_mm256_add_ps(acc[0][i][j], b0), _mm256_add_ps(acc[1][i][j], b1),
+                            _mm256_add_ps(acc[2][i][j], b2), _mm256_add_ps(acc[3][i][j], b3));
         float* y = t.y[j] + r + i;
         *y = add ? *y + v : v;
       }
