@@ -111,6 +111,7 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
       }
     }
     __m512 acc0[R][NT], acc1[R][NT];  // canonical lanes 0-15 and 16-31
+    #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
       for (int j = 0; j < NT; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
 
@@ -162,8 +163,10 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
 #undef DQ_AFFINE4_BLOCKS
 
     // Bias term: group g -> lane g % 32, then lane + blane and the butterfly.
+    #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const uint16_t* B = B0 + size_t(r + i) * G;
+      #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
         // Groups g and g + 16 go to canonical lanes 0-15 and 16-31 (two named accumulators:
         // indexing an array by g / 16 kept it in memory, a store-to-load chain per group).
