@@ -3,10 +3,10 @@
 // Affine 4-bit rows. A row's units (8 inputs = one 32-bit word) go to lane u % 32. A block of
 // 16 units (64 bytes) fills one zmm of words; its lanes are canonical lanes 0-15 (even block)
 // or 16-31 (odd block), so each row keeps two accumulators, lo and hi. Nibble k of every word
-// is isolated with one AND (no shift): it reads as the integer q * 2^(4k), converted exactly,
-// and multiplies x * 2^(-4k) from the prepared input — the same real product q * x, so the
-// fmaf chain p = fma(q_k, x_k, p) rounds exactly as the reference does. (An x below 2^-98 would
-// lose bits when scaled; prepare() then refuses and the generic code runs that product.)
+// becomes the exact float q by a 16-entry table (vpermps reads the low 4 bits of each word; the
+// words then shift right by 4), so the fmaf chain p = fma(q_k, x_k, p) rounds exactly as the
+// reference does. (Measured against AND + exact conversion of q * 2^(4k) with x * 2^(-4k): decode
+// +6-12% in 5 alternating pairs on the 2-core box, and no x is too small for it.)
 // BF16 rows use the same lanes; four loads are transposed so that vector k holds input k of 16
 // units.
 #include "backend/cpu/kernels.h"
@@ -44,22 +44,16 @@ bool handles(const Matrix& m) {
 
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
-// xp[b][k][m] = x[8(16b + m) + k] * 2^(-4k) (affine) or x[...] (bf16); zero past the row.
+// xp[b][k][m] = x[8(16b + m) + k]; zero past the row. (Always exact: returns true.)
 bool prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
-  const bool affine = m.format == WFormat::Affine;
-  bool exact = true;
   for (int b = 0; b < NB; ++b)
-    for (int k = 0; k < 8; ++k) {
-      const float scale = affine ? num::pow2i(-4 * k) : 1.0f;
+    for (int k = 0; k < 8; ++k)
       for (int l = 0; l < kBlockUnits; ++l) {
         int u = b * kBlockUnits + l;
-        float v = u < U ? x[8 * u + k] : 0.0f;
-        if (affine && v != 0.0f && std::fabs(v) < 0x1p-98f) exact = false;
-        xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = v * scale;
+        xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = u < U ? x[8 * u + k] : 0.0f;
       }
-    }
-  return exact;
+  return true;
 }
 
 DQ_AVX512 inline float butterfly(__m512 lo, __m512 hi) {
@@ -88,6 +82,7 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
   const int K = m.cols, U = K / 8, NB = n_blocks(m), G = K / GS;
   constexpr int GPB = kBlockFloats / GS;  // groups per block: 4, 2, 1
   const __m512i idx = group_index<GS>();
+  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const auto* W0 = static_cast<const uint32_t*>(m.w->ptr);
   const auto* S0 = static_cast<const uint16_t*>(m.scales->ptr);
   const auto* B0 = static_cast<const uint16_t*>(m.biases->ptr);
@@ -135,13 +130,13 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
       }                                                                                            \
     }                                                                                              \
     for (int k = 0; k < 8; ++k) {                                                                  \
-      const __m512i nib = _mm512_set1_epi32(int32_t(0xFu << (4 * k)));                             \
       for (int h = 0; h < NBLK; ++h) {                                                             \
         __m512 xv[NT];                                                                             \
         for (int j = 0; j < NT; ++j)                                                               \
           xv[j] = _mm512_loadu_ps(t.x[j] + size_t(b + h) * kBlockFloats + k * kBlockUnits);        \
         for (int i = 0; i < R; ++i) {                                                              \
-          __m512 q = _mm512_cvtepu32_ps(_mm512_and_si512(w[h][i], nib));                           \
+          const __m512 q = _mm512_permutexvar_ps(w[h][i], lut); /* q of the low nibble */        \
+          w[h][i] = _mm512_srli_epi32(w[h][i], 4);                                                 \
           for (int j = 0; j < NT; ++j) p[h][i][j] = _mm512_fmadd_ps(q, xv[j], p[h][i][j]);         \
         }                                                                                          \
       }                                                                                            \
