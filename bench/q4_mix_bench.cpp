@@ -1,7 +1,7 @@
-// deltaq-bench-q4-mix: the ceiling of the 4-bit dot's instruction mix on one core (AVX-512), with
-// the AND + exact-conversion nibbles and with the 16-entry table (vpermps) the kernel now uses:
-// R rows x 16 units per step, nibble k isolated with AND, converted exactly (cvtepu32), one fma
-// per weight into the canonical chain, then the scale fma -- the work of the real kernel
+// deltaq-bench-q4-mix: the ceiling of the 4-bit dot's instruction mix on one core (AVX-512):
+// R rows x 16 units per step, each nibble made an exact float (AND + conversion, or the 16-entry
+// table the kernel uses now), one fma per weight into the canonical chain, then the scale fma --
+// the work of the real kernel
 // (src/backend/cpu/kernels_avx512.cpp) with everything in registers and L1 (no x layout, no
 // scales from memory, no epilogue). Compare with deltaq-bench-matvec's in-cache figure.
 #include <immintrin.h>
@@ -13,36 +13,11 @@
 
 namespace {
 
-template <int R>
+// TABLE: the nibble becomes a float through a 16-entry table (vpermps reads the low 4 bits of
+// each word, then the words shift right by 4; x unscaled), as the kernel does now. Otherwise
+// nibble k is isolated with AND and converted exactly (q * 2^(4k) against x * 2^(-4k)).
+template <int R, bool TABLE>
 __attribute__((target("avx512f"), noinline)) float run(const uint32_t* W, const float* X, int blocks, int reps) {
-  __m512 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
-  for (int rep = 0; rep < reps; ++rep)
-    for (int b = 0; b < blocks; ++b) {
-      __m512i w[R];
-      __m512 p[R];
-      for (int i = 0; i < R; ++i) {
-        w[i] = _mm512_loadu_si512(W + (b * R + i) * 16);
-        p[i] = _mm512_setzero_ps();
-      }
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m512 xv = _mm512_loadu_ps(X + (b % 16) * 128 + k * 16);
-        for (int i = 0; i < R; ++i)
-          p[i] = _mm512_fmadd_ps(_mm512_cvtepu32_ps(_mm512_and_si512(w[i], _mm512_set1_epi32(int(0xFu << (4 * k))))), xv,
-                                 p[i]);
-      }
-      for (int i = 0; i < R; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), p[i], acc[i]);
-    }
-  __m512 s = acc[0];
-  for (int i = 1; i < R; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
-}
-
-// The same dot with the conversion done by a 16-entry table: vpermps reads the low 4 bits of each
-// word (nibble 0), then the words shift right by 4 for the next nibble (x unscaled).
-template <int R>
-__attribute__((target("avx512f"), noinline)) float run_permute(const uint32_t* W, const float* X, int blocks, int reps) {
   const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
@@ -58,8 +33,14 @@ __attribute__((target("avx512f"), noinline)) float run_permute(const uint32_t* W
       for (int k = 0; k < 8; ++k) {
         const __m512 xv = _mm512_loadu_ps(X + (b % 16) * 128 + k * 16);
         for (int i = 0; i < R; ++i) {
-          p[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(w[i], lut), xv, p[i]);
-          w[i] = _mm512_srli_epi32(w[i], 4);
+          __m512 q;
+          if (TABLE) {
+            q = _mm512_permutexvar_ps(w[i], lut);
+            w[i] = _mm512_srli_epi32(w[i], 4);
+          } else {
+            q = _mm512_cvtepu32_ps(_mm512_and_si512(w[i], _mm512_set1_epi32(int(0xFu << (4 * k)))));
+          }
+          p[i] = _mm512_fmadd_ps(q, xv, p[i]);
         }
       }
       for (int i = 0; i < R; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), p[i], acc[i]);
@@ -79,7 +60,7 @@ void measure() {
   float sink = 0;
   for (int t = 0; t < 3; ++t) {
     const auto t0 = std::chrono::steady_clock::now();
-    sink += PERMUTE ? run_permute<R>(W.data(), X.data(), blocks, reps) : run<R>(W.data(), X.data(), blocks, reps);
+    sink += run<R, PERMUTE>(W.data(), X.data(), blocks, reps);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double gw = double(reps) * blocks * R * 128 / s / 1e9;
     if (gw > best) best = gw;
