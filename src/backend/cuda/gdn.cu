@@ -1,7 +1,8 @@
 // Gated DeltaNet token mixer (op::GdnCore), in the reference order of ops/reference_impl.h:
 // kernel 1: causal conv + SiLU for every channel (one thread per channel, tokens in order);
 // kernel 2: per value head: q/k L2 norms, gates, the delta-rule update of S (fp32, in shared
-// memory while the head is processed), read-out and the gated RMSNorm.
+// memory while the head is processed), read-out and the gated RMSNorm. For ungrouped 128-dim
+// heads (0.8B, 2B) one fused kernel does both (fused_kernel below).
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
