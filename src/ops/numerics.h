@@ -151,9 +151,65 @@ DQ_HD float sum(const float* x, int n) {
 // A weight row of K inputs is read in units of 8 consecutive inputs; unit u belongs to lane u % 32.
 // Dense (bf16/f16/f32) row:   p_u = chain_k fmaf(w_k, x_k, p) from 0;  lane += p_u.
 // Affine-quantized row (MLX: W = s*q + b per group of gs inputs):
-//   p_u = chain_k fmaf(q_k, x_k, p) from 0;            lane[u % 32] = fmaf(s_g(u), p_u, lane)
+//   p_u = the unit dot Σ_k q_k x_k: 4-bit, exact integers (unit_dot_q4 below);
+//         8-bit, chain_k fmaf(q_k, x_k, p) from 0;
+//   lane[u % 32] = fmaf(s_g(u), p_u, lane);
 //   bias: blane[g % 32] = fmaf(b_g, X_g, blane)  with X_g the group sum of x (group_sums);
 //   y = butterfly32(lane + blane).
+
+// The 4-bit unit dot in exact integers. A unit's 8 inputs share one scale 2^(E-21), where E is
+// the exponent of their largest magnitude M (2^E <= M < 2^(E+1)): xi_k = rint(x_k * 2^(21-E))
+// (exact scaling, one rounding to an integer, |xi_k| <= 2^22), so Σ_k q_k xi_k with q_k < 16 is
+// exact in int32 whatever the order, and p_u = float(Σ_k q_k xi_k) * 2^(E-21) (one rounding, then
+// an exact scaling). x keeps 22 bits below its unit's largest value: about fp32's own rounding of
+// the old fmaf chain (docs/numerics.md has the measured accuracy). Why integers: the unit becomes
+// a few int8 dot-product instructions (VNNI vpdpbusd on the CPU, dp4a on CUDA) instead of eight
+// int->float conversions and a dependent chain of eight fmaf. A unit whose M is below 2^-100 is
+// zero; a unit with a non-finite input is NaN.
+struct UnitInts {
+  int32_t xi[8];
+  float step;  // 2^(E-21); 0 for a zero unit, NaN for a non-finite one
+};
+
+DQ_HD UnitInts quantize_unit(const float* x) {
+  UnitInts q{};
+  uint32_t mbits = 0;  // bits of |x| order like the values
+  bool finite = true;
+  for (int k = 0; k < 8; ++k) {
+    const uint32_t b = f32_to_bits(x[k]) & 0x7FFFFFFFu;
+    finite = finite && b < 0x7F800000u;
+    mbits = b > mbits ? b : mbits;
+  }
+  const uint32_t eb = mbits >> 23;  // biased exponent of M
+  if (!finite) {
+    q.step = NAN;
+  } else if (eb < 27) {  // M < 2^-100 (and zero)
+    q.step = 0.0f;
+  } else {
+    const float up = bits_to_f32((275u - eb) << 23);  // 2^(21-E)
+    for (int k = 0; k < 8; ++k) q.xi[k] = int32_t(rintf(x[k] * up));
+    q.step = bits_to_f32((eb - 21u) << 23);  // 2^(E-21)
+  }
+  return q;
+}
+
+// xi = l1 * 2^16 + l2 * 2^8 + l3 with every limb a signed byte (|xi| <= 2^22: |l1| <= 64); the
+// form the int8 dot-product instructions take.
+DQ_HD void split_limbs(int32_t xi, int32_t* l1, int32_t* l2, int32_t* l3) {
+  const int32_t a = int32_t(int8_t(uint8_t(xi & 0xFF)));
+  const int32_t r = (xi - a) / 256;
+  const int32_t b = int32_t(int8_t(uint8_t(r & 0xFF)));
+  *l3 = a;
+  *l2 = b;
+  *l1 = (r - b) / 256;
+}
+
+// p = float(Σ_k q_k xi_k) * step, q_k the nibbles of `word` (LSB first).
+DQ_HD float unit_dot_q4(uint32_t word, const UnitInts& q) {
+  int32_t t = 0;
+  for (int k = 0; k < 8; ++k) t += int32_t((word >> (4 * k)) & 15u) * q.xi[k];
+  return float(t) * q.step;
+}
 
 // Storage types of weights and scales: bf16 as uint16_t, f16 as f16_t, f32 as float.
 struct f16_t { uint16_t bits; };
@@ -200,7 +256,11 @@ DQ_HD float affine_dot(const uint32_t* wrow, const S* srow, const S* brow, const
   float blane[kLanes] = {};
   for (int u = 0; u < K / 8; ++u) {
     float p = 0.0f;
-    for (int k = 0; k < 8; ++k) p = fmaf(float(unpack_q<BITS>(wrow, u, k)), x[8 * u + k], p);
+    if constexpr (BITS == 4) {
+      p = unit_dot_q4(wrow[u], quantize_unit(x + 8 * u));
+    } else {
+      for (int k = 0; k < 8; ++k) p = fmaf(float(unpack_q<BITS>(wrow, u, k)), x[8 * u + k], p);
+    }
     int g = u * 8 / gs;
     lane[u & 31] = fmaf(load_f32(srow, g), p, lane[u & 31]);
   }

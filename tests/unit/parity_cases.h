@@ -37,6 +37,17 @@ struct Rig {
       if (rng() % 17 == 0) v[i] = 0.0f;
     }
     if (with_tiny && n) v[rng() % n] = 3e-31f;
+    if (with_tiny && n >= 32) {  // whole units (8 inputs) for the 4-bit unit's integer scale
+      auto unit = [&]() { return v.data() + 8 * (rng() % (n / 8)); };
+      float* zero = unit();
+      for (int k = 0; k < 8; ++k) zero[k] = 0.0f;
+      float* tiny = unit();  // below 2^-100: the unit counts as zero
+      for (int k = 0; k < 8; ++k) tiny[k] = d(rng) * 1e-32f;
+      float* wide = unit();  // one large value beside small ones, and a negative power of two
+      for (int k = 0; k < 8; ++k) wide[k] = d(rng) * 1e-9f;
+      wide[rng() % 8] = 3.0e12f;
+      wide[rng() % 8] = -0x1p21f;
+    }
     return Ref{ref->upload(v.data(), n * 4, "x")};
   }
   Matrix matrix(WFormat f, int rows, int cols, int bits = 4, int gs = 64, DType sd = DType::BF16) {

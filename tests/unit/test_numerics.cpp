@@ -89,6 +89,70 @@ TEST(Numerics, ButterflyOrderIsTheWarpOrder) {
   }
 }
 
+// The 4-bit unit dot in integers (numerics.h quantize_unit / unit_dot_q4): the integers stay
+// within the bounds that make the sums exact, the limbs rebuild them, and the result is within
+// the rounding the scheme allows of the exact dot (double precision).
+TEST(Numerics, UnitIntegersAreBoundedAndCloseToTheInputs) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n;
+  double worst_rel = 0;
+  for (int rep = 0; rep < 200000; ++rep) {
+    float x[8];
+    const int spread = int(rng() % 40);  // magnitudes within a unit differ by up to 2^40
+    for (float& v : x) v = n(rng) * std::exp2(float(int(rng() % (spread + 1)) - 20 + int(rng() % 60) - 30));
+    if (rng() % 5 == 0) x[rng() % 8] = 0.0f;
+    const num::UnitInts q = num::quantize_unit(x);
+    float mx = 0;
+    for (float v : x) mx = std::max(mx, std::fabs(v));
+    ASSERT_GT(q.step, 0.0f);
+    ASSERT_LE(double(mx) / q.step, 0x1p22);  // the largest input maps into [2^21, 2^22]
+    ASSERT_GE(double(mx) / q.step, 0x1p21);
+    const uint32_t word = uint32_t(rng());
+    double exact = 0, bound = 0;
+    for (int k = 0; k < 8; ++k) {
+      ASSERT_LE(std::abs(q.xi[k]), 1 << 22);
+      ASSERT_LE(std::fabs(double(x[k]) - double(q.xi[k]) * q.step), 0.5 * q.step);  // one rounding
+      int32_t l1, l2, l3;
+      num::split_limbs(q.xi[k], &l1, &l2, &l3);
+      ASSERT_TRUE(l1 >= -128 && l1 <= 127 && l2 >= -128 && l2 <= 127 && l3 >= -128 && l3 <= 127);
+      ASSERT_EQ(l1 * 65536 + l2 * 256 + l3, q.xi[k]);
+      const int qk = int((word >> (4 * k)) & 15u);
+      exact += double(qk) * x[k];
+      bound += qk * 0.5 * q.step;
+    }
+    const double got = num::unit_dot_q4(word, q);
+    ASSERT_LE(std::fabs(got - exact), bound + std::fabs(exact) * 0x1p-23 + 1e-300) << rep;
+    // Against the scale of the unit (its largest term), the error is about fp32's rounding.
+    worst_rel = std::max(worst_rel, std::fabs(got - exact) / (15.0 * mx));
+  }
+  EXPECT_LT(worst_rel, 8 * 0x1p-22);
+  for (int32_t v : {1 << 22, -(1 << 22), (1 << 22) - 1, -(1 << 22) + 1, 127, 128, -128, -129, 0, 32767, -32769}) {
+    int32_t l1, l2, l3;
+    num::split_limbs(v, &l1, &l2, &l3);
+    EXPECT_EQ(l1 * 65536 + l2 * 256 + l3, v);
+    EXPECT_TRUE(l1 >= -128 && l1 <= 127 && l2 >= -128 && l2 <= 127 && l3 >= -128 && l3 <= 127) << v;
+  }
+}
+
+TEST(Numerics, UnitIntegersOfZeroTinyAndNonFiniteUnits) {
+  const float zero[8] = {};
+  EXPECT_EQ(num::unit_dot_q4(0xFFFFFFFFu, num::quantize_unit(zero)), 0.0f);
+  const float tiny[8] = {1e-31f, -5e-32f, 0, 0, 0, 0, 0, 7e-33f};  // all below 2^-100
+  EXPECT_EQ(num::unit_dot_q4(0xFFFFFFFFu, num::quantize_unit(tiny)), 0.0f);
+  const float small[8] = {1e-30f, 0, 0, 0, 0, 0, 0, 0};  // just above: kept
+  EXPECT_NEAR(num::unit_dot_q4(0x0000000Fu, num::quantize_unit(small)), 15e-30, 15e-30 * 1e-6);
+  float bad[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  bad[3] = NAN;
+  EXPECT_TRUE(std::isnan(num::unit_dot_q4(0x11111111u, num::quantize_unit(bad))));
+  bad[3] = INFINITY;
+  EXPECT_TRUE(std::isnan(num::unit_dot_q4(0x11111111u, num::quantize_unit(bad))));
+  const float big[8] = {3e38f, -3e38f, 1, 0, 0, 0, 0, 0};  // largest normal binade: step stays normal
+  const num::UnitInts q = num::quantize_unit(big);
+  EXPECT_EQ(q.xi[2], 0);
+  EXPECT_NEAR(double(q.xi[0]) * q.step, 3e38, 3e38 * 0x1p-21);
+  EXPECT_EQ(num::unit_dot_q4(0x00000011u, q), float(q.xi[0] + q.xi[1]) * q.step);
+}
+
 TEST(Dtype, F16RoundTripsMatchTheHardware) {
   for (uint32_t h = 0; h < 65536; ++h) {
     float want = _cvtsh_ss(uint16_t(h));

@@ -1,10 +1,11 @@
 // AVX2 + FMA kernels: the reference evaluation order (ops/numerics.h) with 8-wide vectors, for
 // CPUs without AVX-512. Same scheme as kernels_avx512.cpp: a row's units (8 inputs) go to lane
 // u % 32; a block of 8 units (32 bytes) fills one ymm of words, whose lanes are canonical lanes
-// 8(b % 4) .. 8(b % 4) + 7, so a row keeps four accumulators. Nibble k (k < 7) is isolated with
-// one AND as the integer q * 2^(4k) (below 2^31, so the signed conversion is exact) and multiplies
-// x * 2^(-4k); nibble 7 is shifted down (q * 2^28 does not fit a signed int). BF16 rows gather the
-// weight pairs of 8 units with four 32-bit gathers per block.
+// 8(b % 4) .. 8(b % 4) + 7, so a row keeps four accumulators. The 4-bit unit dot is numerics.h's
+// exact integer one: x is prepared as three signed-byte limbs per input (kernels_avx512.cpp has
+// the layout), and each limb meets the low and high nibbles in vpmaddubsw (u8 x s8 pairs into
+// 16 bits, no saturation at these sizes) + vpmaddwd (into 32 bits), combined Horner-style.
+// BF16 rows gather the weight pairs of 8 units with four 32-bit gathers per block.
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__)
@@ -18,6 +19,7 @@
 #include "ops/reference_impl.h"
 
 #define DQ_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
+#define DQ_AVX2_LAMBDA __attribute__((target("avx2,fma,f16c,bmi2"), always_inline))
 
 namespace dq::cpu {
 
@@ -38,22 +40,37 @@ bool handles(const Matrix& m) {
 
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
-// xp[b][k][m] = x[8(8b + m) + k] * 2^(-4k) for k < 7 (affine), x[...] otherwise; zero past the row.
+// Affine 4-bit: the slots of a block's prepared x (8 lanes each): limb 1, 2, 3 of the even
+// inputs (k = 0, 2, 4, 6 in the bytes of a lane) and of the odd ones, then the units' steps.
+constexpr int kSlotStep = 6;
+
+// Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs; zero past the
+// row. BF16: xp[b][k][m] = x[8(8b + m) + k]; zero past the row. Always exact.
 bool prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
-  const bool affine = m.format == WFormat::Affine;
-  bool exact = true;
+  if (m.format == WFormat::Affine) {
+    std::memset(xp, 0, sizeof(float) * prepared_size(m));
+    for (int u = 0; u < U; ++u) {
+      const num::UnitInts q = num::quantize_unit(x + 8 * u);
+      float* blk = xp + size_t(u / kBlockUnits) * kBlockFloats;
+      const int l = u % kBlockUnits;
+      auto* bytes = reinterpret_cast<int8_t*>(blk);
+      for (int k = 0; k < 8; ++k) {
+        int32_t limb[3];
+        num::split_limbs(q.xi[k], &limb[0], &limb[1], &limb[2]);
+        for (int j = 0; j < 3; ++j) bytes[((2 * j + k % 2) * kBlockUnits + l) * 4 + k / 2] = int8_t(limb[j]);
+      }
+      std::memcpy(blk + kSlotStep * kBlockUnits + l, &q.step, sizeof(float));
+    }
+    return true;
+  }
   for (int b = 0; b < NB; ++b)
-    for (int k = 0; k < 8; ++k) {
-      const float scale = affine && k < 7 ? num::pow2i(-4 * k) : 1.0f;
+    for (int k = 0; k < 8; ++k)
       for (int l = 0; l < kBlockUnits; ++l) {
         int u = b * kBlockUnits + l;
-        float v = u < U ? x[8 * u + k] : 0.0f;
-        if (affine && k < 7 && v != 0.0f && std::fabs(v) < 0x1p-98f) exact = false;
-        xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = v * scale;
+        xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = u < U ? x[8 * u + k] : 0.0f;
       }
-    }
-  return exact;
+  return true;
 }
 
 DQ_AVX2 inline __m256i lane_mask(int valid) {  // all ones in lanes < valid
@@ -105,6 +122,7 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
   const auto* S0 = static_cast<const uint16_t*>(m.scales->ptr);
   const auto* B0 = static_cast<const uint16_t*>(m.biases->ptr);
   alignas(32) float sbuf[R][kMaxGroups + 8];
+  const __m256i nib = _mm256_set1_epi32(0x0F0F0F0F), ones16 = _mm256_set1_epi16(1);
   for (int r = r0; r + R <= r1; r += R) {
     const uint32_t* W[R];
     for (int i = 0; i < R; ++i) {
@@ -116,7 +134,7 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
     for (int h = 0; h < 4; ++h)
       for (int i = 0; i < R; ++i)
         for (int j = 0; j < NT; ++j) acc[h][i][j] = _mm256_setzero_ps();
-    // Four blocks at a time (one per accumulator), interleaved for independent fma chains.
+    // Four blocks at a time (one per accumulator), interleaved for independent chains.
     for (int b0 = 0; b0 < NB; b0 += 4) {
       const int nb = std::min(4, NB - b0);
 #pragma GCC unroll 4
@@ -133,15 +151,21 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
                                       : _mm256_maskload_epi32(reinterpret_cast<const int*>(W[i] + b * kBlockUnits), mk);
           for (int j = 0; j < NT; ++j) p[i][j] = _mm256_setzero_ps();
         }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-          __m256 xv[NT];
-          for (int j = 0; j < NT; ++j) xv[j] = _mm256_loadu_ps(t.x[j] + size_t(b) * kBlockFloats + k * kBlockUnits);
+        for (int j = 0; j < NT; ++j) {
+          const float* xb = t.x[j] + size_t(b) * kBlockFloats;
+          __m256i xl[6];
+          for (int sl = 0; sl < 6; ++sl) xl[sl] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + sl * kBlockUnits));
+          const __m256 step = _mm256_loadu_ps(xb + kSlotStep * kBlockUnits);
           for (int i = 0; i < R; ++i) {
-            __m256i qi = k < 7 ? _mm256_and_si256(w[i], _mm256_set1_epi32(int32_t(0xFu << (4 * k))))
-                               : _mm256_srli_epi32(w[i], 28);
-            __m256 q = _mm256_cvtepi32_ps(qi);
-            for (int j = 0; j < NT; ++j) p[i][j] = _mm256_fmadd_ps(q, xv[j], p[i][j]);
+            const __m256i lo = _mm256_and_si256(w[i], nib), hi = _mm256_and_si256(_mm256_srli_epi32(w[i], 4), nib);
+            auto limb = [&](int l) DQ_AVX2_LAMBDA {  // Σ over the unit's 8 inputs of q * limb l
+              const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[2 * l]), _mm256_maddubs_epi16(hi, xl[2 * l + 1]));
+              return _mm256_madd_epi16(s16, ones16);
+            };
+            __m256i P = limb(0);
+            P = _mm256_add_epi32(_mm256_slli_epi32(P, 8), limb(1));
+            P = _mm256_add_epi32(_mm256_slli_epi32(P, 8), limb(2));
+            p[i][j] = _mm256_mul_ps(_mm256_cvtepi32_ps(P), step);
           }
         }
         const __m256 keep = _mm256_castsi256_ps(mk);

@@ -2,11 +2,12 @@
 //
 // Affine 4-bit rows. A row's units (8 inputs = one 32-bit word) go to lane u % 32. A block of
 // 16 units (64 bytes) fills one zmm of words; its lanes are canonical lanes 0-15 (even block)
-// or 16-31 (odd block), so each row keeps two accumulators, lo and hi. Nibble k of every word
-// becomes the exact float q by a 16-entry table (vpermps reads the low 4 bits of each word; the
-// words then shift right by 4), so the fmaf chain p = fma(q_k, x_k, p) rounds exactly as the
-// reference does. (Measured against AND + exact conversion of q * 2^(4k) with x * 2^(-4k): decode
-// won 9 of 10 alternating pairs on the 2-core box (+3-12%), and no x is too small for it.)
+// or 16-31 (odd block), so each row keeps two accumulators, lo and hi. The unit dot is the exact
+// integer one of numerics.h (unit_dot_q4): prepare() turns x into per-unit integers split into
+// three signed-byte limbs, laid out per block as six zmm (limb 1, 2, 3 x even, odd inputs) plus
+// the units' steps; the words' low and high nibbles (one AND, one shift + AND) then meet the
+// limbs in VNNI dot products (vpdpbusd: four u8 x s8 products into each 32-bit lane), combined
+// Horner-style (limb 1, << 8, limb 2, << 8, limb 3; exact in int32), converted once and scaled.
 // BF16 rows use the same lanes; four loads are transposed so that vector k holds input k of 16
 // units.
 #include "backend/cpu/kernels.h"
@@ -22,8 +23,8 @@
 #include "ops/numerics.h"
 #include "ops/reference_impl.h"
 
-#define DQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
-#define DQ_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2"), always_inline))
+#define DQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")))
+#define DQ_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2"), always_inline))
 
 namespace dq::cpu {
 
@@ -44,9 +45,30 @@ bool handles(const Matrix& m) {
 
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
-// xp[b][k][m] = x[8(16b + m) + k]; zero past the row. (Always exact: returns true.)
+// Affine 4-bit: the slots of a block's prepared x (16 lanes each): limb 1, 2, 3 of the even
+// inputs (k = 0, 2, 4, 6 in the bytes of a lane) and of the odd ones, then the units' steps.
+constexpr int kSlotL1 = 0, kSlotStep = 6;
+
+// Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs (see above);
+// zero past the row. BF16: xp[b][k][m] = x[8(16b + m) + k]; zero past the row. Always exact.
 bool prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
+  if (m.format == WFormat::Affine) {
+    std::memset(xp, 0, sizeof(float) * prepared_size(m));
+    for (int u = 0; u < U; ++u) {
+      const num::UnitInts q = num::quantize_unit(x + 8 * u);
+      float* blk = xp + size_t(u / kBlockUnits) * kBlockFloats;
+      const int l = u % kBlockUnits;
+      auto* bytes = reinterpret_cast<int8_t*>(blk);
+      for (int k = 0; k < 8; ++k) {
+        int32_t limb[3];
+        num::split_limbs(q.xi[k], &limb[0], &limb[1], &limb[2]);
+        for (int j = 0; j < 3; ++j) bytes[((2 * j + k % 2) * kBlockUnits + l) * 4 + k / 2] = int8_t(limb[j]);
+      }
+      std::memcpy(blk + kSlotStep * kBlockUnits + l, &q.step, sizeof(float));
+    }
+    return true;
+  }
   for (int b = 0; b < NB; ++b)
     for (int k = 0; k < 8; ++k)
       for (int l = 0; l < kBlockUnits; ++l) {
@@ -89,7 +111,7 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
   const int K = m.cols, U = K / 8, NB = n_blocks(m), G = K / GS;
   constexpr int GPB = kBlockFloats / GS;  // groups per block: 4, 2, 1
   const __m512i idx = group_index<GS>();
-  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i nib = _mm512_set1_epi32(0x0F0F0F0F);
   const auto* W0 = static_cast<const uint32_t*>(m.w->ptr);
   const auto* S0 = static_cast<const uint16_t*>(m.scales->ptr);
   const auto* B0 = static_cast<const uint16_t*>(m.biases->ptr);
@@ -118,33 +140,39 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
       for (int j = 0; j < NT; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
 
     // Blocks b (canonical lanes 0-15, acc0) and b+1 (lanes 16-31, acc1) interleaved, so that
-    // 2R independent fma chains hide the fma latency. Written as a macro, not a lambda: the
+    // 2R independent dot-product chains hide their latency. Written as a macro, not a lambda: the
     // accumulators must stay in registers (capturing them by reference made GCC spill them).
     // NBLK = 1 for a final odd block.
 #define DQ_AFFINE4_BLOCKS(b_, NBLK)                                                                  \
   {                                                                                                \
     const int b = (b_);                                                                            \
     __mmask16 mk[2];                                                                               \
-    __m512i w[2][R];                                                                               \
     __m512 p[2][R][NT];                                                                            \
     for (int h = 0; h < NBLK; ++h) {                                                               \
       const int valid = U - (b + h) * kBlockUnits;                                                 \
       mk[h] = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);                      \
+      __m512i xl[NT][6];                                                                           \
+      __m512 step[NT];                                                                             \
+      for (int j = 0; j < NT; ++j) {                                                               \
+        const float* xb = t.x[j] + size_t(b + h) * kBlockFloats;                                   \
+        for (int s = 0; s < 6; ++s) xl[j][s] = _mm512_loadu_si512(xb + (kSlotL1 + s) * kBlockUnits); \
+        step[j] = _mm512_loadu_ps(xb + kSlotStep * kBlockUnits);                                   \
+      }                                                                                            \
       for (int i = 0; i < R; ++i) {                                                                \
         _mm_prefetch(reinterpret_cast<const char*>(W[i] + (b + h) * kBlockUnits + R * U), _MM_HINT_T0); \
-        w[h][i] = _mm512_maskz_loadu_epi32(mk[h], W[i] + (b + h) * kBlockUnits);                   \
-        for (int j = 0; j < NT; ++j) p[h][i][j] = _mm512_setzero_ps();                             \
-      }                                                                                            \
-    }                                                                                              \
-    for (int k = 0; k < 8; ++k) {                                                                  \
-      for (int h = 0; h < NBLK; ++h) {                                                             \
-        __m512 xv[NT];                                                                             \
-        for (int j = 0; j < NT; ++j)                                                               \
-          xv[j] = _mm512_loadu_ps(t.x[j] + size_t(b + h) * kBlockFloats + k * kBlockUnits);        \
-        for (int i = 0; i < R; ++i) {                                                              \
-          const __m512 q = _mm512_permutexvar_ps(w[h][i], lut); /* q of the low nibble */        \
-          w[h][i] = _mm512_srli_epi32(w[h][i], 4);                                                 \
-          for (int j = 0; j < NT; ++j) p[h][i][j] = _mm512_fmadd_ps(q, xv[j], p[h][i][j]);         \
+        const __m512i w = _mm512_maskz_loadu_epi32(mk[h], W[i] + (b + h) * kBlockUnits);           \
+        const __m512i lo = _mm512_and_si512(w, nib);                      /* nibbles 0, 2, 4, 6 */ \
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(w, 4), nib); /* nibbles 1, 3, 5, 7 */ \
+        for (int j = 0; j < NT; ++j) {                                                             \
+          __m512i P = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl[j][0]);                  \
+          P = _mm512_dpbusd_epi32(P, hi, xl[j][1]);                                                \
+          P = _mm512_slli_epi32(P, 8);                                                             \
+          P = _mm512_dpbusd_epi32(P, lo, xl[j][2]);                                                \
+          P = _mm512_dpbusd_epi32(P, hi, xl[j][3]);                                                \
+          P = _mm512_slli_epi32(P, 8);                                                             \
+          P = _mm512_dpbusd_epi32(P, lo, xl[j][4]);                                                \
+          P = _mm512_dpbusd_epi32(P, hi, xl[j][5]);                                                \
+          p[h][i][j] = _mm512_mul_ps(_mm512_cvtepi32_ps(P), step[j]);                              \
         }                                                                                          \
       }                                                                                            \
     }                                                                                              \

@@ -42,7 +42,8 @@ bool cpu_has_avx2() {
 bool cpu_has_avx512() {
 #if defined(__x86_64__)
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has_avx2();
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && cpu_has_avx2();
 #else
   return false;
 #endif

@@ -17,10 +17,13 @@ namespace dq::cuda {
 namespace {
 
 // x of one token in shared memory, split so that lane reads are conflict-free:
-// xa[u] = x[8u .. 8u+3], xb[u] = x[8u+4 .. 8u+7]; xg[g] = group sums.
+// xa[u] = x[8u .. 8u+3], xb[u] = x[8u+4 .. 8u+7]; qa[u], qb[u] = unit u's exact integers for
+// the 4-bit dot (q4.cuh make_unit_q4); xg[g] = group sums.
 struct SharedX {
   const float4* xa;
   const float4* xb;
+  const uint4* qa;
+  const uint4* qb;
   const float* xg;
 };
 
@@ -36,13 +39,13 @@ __device__ float row_dot(const MatDev& m, int r, const SharedX& sx, int lane) {
       // Four units in flight per lane (loads first), accumulated in order of u.
       for (; u + 96 < U; u += 128) {
         uint32_t w0 = __ldg(w + u), w1 = __ldg(w + u + 32), w2 = __ldg(w + u + 64), w3 = __ldg(w + u + 96);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(w0, sx.xa[u], sx.xb[u]), acc);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 32), m.sdt), unit_q4(w1, sx.xa[u + 32], sx.xb[u + 32]), acc);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 64), m.sdt), unit_q4(w2, sx.xa[u + 64], sx.xb[u + 64]), acc);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 96), m.sdt), unit_q4(w3, sx.xa[u + 96], sx.xb[u + 96]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(w0, sx.qa[u], sx.qb[u]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 32), m.sdt), unit_q4(w1, sx.qa[u + 32], sx.qb[u + 32]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 64), m.sdt), unit_q4(w2, sx.qa[u + 64], sx.qb[u + 64]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 96), m.sdt), unit_q4(w3, sx.qa[u + 96], sx.qb[u + 96]), acc);
       }
       for (; u < U; u += 32)
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(__ldg(w + u), sx.xa[u], sx.xb[u]), acc);
+        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(__ldg(w + u), sx.qa[u], sx.qb[u]), acc);
     } else {  // 8 bits: two words per unit
       const uint32_t* w = static_cast<const uint32_t*>(m.w) + size_t(r) * U * 2;
       for (int u = lane; u < U; u += 32)
@@ -119,7 +122,7 @@ __device__ void rows_q4_pair(const MatDev& ma, int ra, const MatDev& mb, int rb,
     for (int i = 0; i < 8; ++i) {
       const int u = base + lane + 32 * i;
       if (u < U) {
-        const float4 xa = sx.xa[u], xb = sx.xb[u];
+        const uint4 xa = sx.qa[u], xb = sx.qb[u];
         const int g = group_of(m, u);
         acc_a = fmaf(load_scale(ma.s, ra * G + g, ma.sdt), unit_q4(va[i], xa, xb), acc_a);
         if (two) acc_b = fmaf(load_scale(mb.s, rb * G + g, mb.sdt), unit_q4(vb[i], xa, xb), acc_b);
@@ -159,7 +162,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a
   const int K = a.K, U = K / 8;
   float4* xa = smem4;
   float4* xb = smem4 + U;
-  float* xg = reinterpret_cast<float*>(smem4 + 2 * U);
+  uint4* qa = reinterpret_cast<uint4*>(smem4 + 2 * U);
+  uint4* qb = qa + U;
+  float* xg = reinterpret_cast<float*>(smem4 + 4 * U);
   __shared__ float s_r;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per = pair ? 2 : 1;  // rows per work item
@@ -184,7 +189,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a
     }
   }
   pdl_wait();
-  float* raw = reinterpret_cast<float*>(smem4 + 2 * U) + (K / 8 + 4);  // [K] x as given
+  float* raw = xg + (K / 8 + 4);  // [K] x as given
   for (int t = 0; t < a.T; ++t) {
     // x -> shared memory with wide loads (all independent), then the canonical sum of squares
     // from shared memory, then the normalised values in the split layout.
@@ -209,6 +214,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a
     }
     __syncthreads();
     if (gs) {
+      for (int u = threadIdx.x; u < U; u += blockDim.x) make_unit_q4(xa[u], xb[u], qa[u], qb[u]);
       for (int g = threadIdx.x; g < K / gs; g += blockDim.x) {
         float s = 0.0f;
         for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) {
@@ -228,7 +234,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a
       }
       __syncthreads();
     }
-    const SharedX sx{xa, xb, xg};
+    const SharedX sx{xa, xb, qa, qb, xg};
     for (int pr = blockIdx.x * kWarps + warp; pr < pairs; pr += gridDim.x * kWarps) {
       if (a.epi == Epilogue::SwiGLU) {
         float g = 0.0f, u = 0.0f;
@@ -292,8 +298,9 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   int total = 0;  // warps' work items
   for (int i = 0; i < a.n; ++i) total += pair ? (a.m[i].rows + 1) / 2 : a.m[i].rows;
   if (a.epi == Epilogue::SwiGLU) total = a.m[0].rows;
-  // split x [K] | group sums [K/8 + 4, enough for any group size] | raw x [K]
-  const size_t smem = size_t(a.K) * 4 + size_t(a.K / 8 + 4) * 4 + size_t(a.K) * 4;
+  // split x [K] | unit integers [K/8][2 words of 16 bytes] | group sums [K/8 + 4, enough for any
+  // group size] | raw x [K]
+  const size_t smem = size_t(a.K) * 4 + size_t(a.K / 8) * 32 + size_t(a.K / 8 + 4) * 4 + size_t(a.K) * 4;
   // DELTAQ_MV_VARIANT: 0 = 8 warps, no register cap; 1 = 8 warps, registers for 4 blocks/SM;
   // 2 = 4 warps per block; 3 = 8 warps, registers for 3 blocks/SM. Default (measured, docs/bench.md):
   // 0 for ordinary products, 1 for the huge output head (more warps in flight on a long stream).

@@ -1,7 +1,7 @@
 // The output head (and any very tall 4-bit product with K <= 2048): hundreds of thousands of
 // rows against one x. Here the time goes to the instructions per weight, not to x, so each lane
-// keeps its x values in registers for the whole launch (lane l owns units l, l+32, ... of every
-// row: 8 x values per unit), and the weight words of the warp's next row are in flight while it
+// keeps its x units in registers for the whole launch (lane l owns units l, l+32, ... of every
+// row: the unit's integers, two words of q4.cuh make_unit_q4), and the weight words of the warp's next row are in flight while it
 // computes the current one. The first row's words are loaded before the programmatic-launch wait.
 // Same canonical order as ops/numerics.h affine_dot (and the other mat-vec kernels):
 // acc = chain over the lane's units of fmaf(scale, unit dot, acc), bias = chain over the lane's
@@ -66,11 +66,13 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
     // the butterfly), so no broadcast is needed.
     const float r = a.norm ? num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps) : 1.0f;
     auto xn = [&](int j) { return a.norm ? (raw[j] * r) * a.norm[j] : raw[j]; };
-    float x[NU][8];
+    uint4 xqa[NU], xqb[NU];  // the lane's units as exact integers (q4.cuh make_unit_q4)
 #pragma unroll
-    for (int i = 0; i < NU; ++i)
-#pragma unroll
-      for (int k = 0; k < 8; ++k) x[i][k] = xn(8 * (lane + 32 * i) + k);
+    for (int i = 0; i < NU; ++i) {
+      const int j = 8 * (lane + 32 * i);
+      make_unit_q4(make_float4(xn(j), xn(j + 1), xn(j + 2), xn(j + 3)),
+                   make_float4(xn(j + 4), xn(j + 5), xn(j + 6), xn(j + 7)), xqa[i], xqb[i]);
+    }
     // Group sums of this lane's groups: per unit the chain of its 8 values, per group the chain
     // of its units (numerics.h group_sums).
     float xg[GL];
@@ -96,11 +98,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
       if (next >= 0) load_row(nxt, m, next, lane, gs_shift, G);
       float acc = 0.0f;
 #pragma unroll
-      for (int i = 0; i < NU; ++i) {
-        const float4 xa = make_float4(x[i][0], x[i][1], x[i][2], x[i][3]);
-        const float4 xb = make_float4(x[i][4], x[i][5], x[i][6], x[i][7]);
-        acc = fmaf(bf16_bits(cur.s[i]), unit_q4(cur.w[i], xa, xb), acc);
-      }
+      for (int i = 0; i < NU; ++i) acc = fmaf(bf16_bits(cur.s[i]), unit_q4(cur.w[i], xqa[i], xqb[i]), acc);
       float bias = 0.0f;
 #pragma unroll
       for (int i = 0; i < GL; ++i)

@@ -47,7 +47,7 @@ __device__ __forceinline__ float scale_at(const void* p, int i, SDt t) {
 // groups l, l+32, ..., then acc + bias, then the butterfly.
 __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
                                          const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
-                                         int gs, SDt sdt, const float4* xa, const float4* xb, const float* xg,
+                                         int gs, SDt sdt, const uint4* xa, const uint4* xb, const float* xg,
                                          int lane, float& out_a, float& out_b) {
   float acc_a = 0.0f, acc_b = 0.0f;
   for (int base = 0; base < U; base += 256) {
@@ -62,7 +62,7 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
     for (int i = 0; i < 8; ++i) {
       const int u = base + lane + 32 * i;
       if (u < U) {
-        const float4 x0 = xa[u], x1 = xb[u];
+        const uint4 x0 = xa[u], x1 = xb[u];
         const int g = gs_shift >= 0 ? (u * 8) >> gs_shift : u * 8 / gs;
         acc_a = fmaf(scale_at(sa, g, sdt), unit_q4(va[i], x0, x1), acc_a);
         if (two) acc_b = fmaf(scale_at(sb, g, sdt), unit_q4(vb[i], x0, x1), acc_b);
@@ -83,7 +83,7 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
 // same row twice).
 __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                           const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                          int U, int G, int gs_shift, const float4* xa, const float4* xb,
+                                          int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
                                           const float* xg, int lane, float& out_a, float& out_b) {
   float acc_a = 0.0f, acc_b = 0.0f;
   for (int base = 0; base < U; base += 256) {
@@ -96,7 +96,7 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int u = base + lane + 32 * i;
-      const float4 x0 = xa[u], x1 = xb[u];
+      const uint4 x0 = xa[u], x1 = xb[u];
       const int g = (u * 8) >> gs_shift;
       acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x0, x1), acc_a);
       acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x0, x1), acc_b);
@@ -115,7 +115,7 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
 template <bool FAST>
 __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
                                          const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
-                                         int gs, SDt sdt, const float4* xa, const float4* xb, const float* xg,
+                                         int gs, SDt sdt, const uint4* xa, const uint4* xb, const float* xg,
                                          int lane, float& out_a, float& out_b) {
   if constexpr (FAST) {
     using S = const unsigned short*;
@@ -141,11 +141,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   const bool swiglu = a.epi == Epilogue::SwiGLU;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  // Shared memory: x split for conflict-free lane reads (xa[u] = x[8u..8u+3], xb[u] =
-  // x[8u+4..8u+7]), unit sums, group sums, x as given (only when it is normalised here),
-  // then the block's weights.
-  float4* xa = reinterpret_cast<float4*>(smem);
-  float4* xb = xa + U;
+  // Shared memory: x's unit integers (q4.cuh make_unit_q4: two words per unit, split for
+  // conflict-free lane reads), unit sums, group sums, x as given (only when it is normalised
+  // here), then the block's weights.
+  uint4* xa = reinterpret_cast<uint4*>(smem);
+  uint4* xb = xa + U;
   float* pu = reinterpret_cast<float*>(xb + U);
   float* xg = pu + U;
   float* raw = xg + U;
@@ -218,8 +218,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
     // x in (one trip to L2 per thread), normalised when asked, in the split layout; unit sums.
     auto finish_unit = [&](int u, float4 v0, float4 v1) {
-      xa[u] = v0;
-      xb[u] = v1;
+      make_unit_q4(v0, v1, xa[u], xb[u]);
       float p = 0.0f;  // chain of the 8 inputs from 0
       p = p + v0.x;
       p = p + v0.y;

@@ -1,10 +1,11 @@
 // The 4-bit (and 8-bit) weight unit of the canonical affine dot (ops/numerics.h affine_dot),
-// shared by the streaming and the resident mat-vec kernels.
+// shared by the streaming, the resident and the head mat-vec kernels.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels.cuh"
+#include "ops/numerics.h"
 
 namespace dq::cuda {
 
@@ -19,34 +20,52 @@ __device__ __forceinline__ int group_of(const MatDev& m, int u) {
   return m.gs_shift >= 0 ? (u * 8) >> m.gs_shift : u * 8 / m.gs;
 }
 
-// The bits of 2^23, kept in constant memory so that the compiler holds them in a register:
-// with a literal, PRMT's one immediate slot goes to it and every PRMT then needs an extra
-// instruction to materialise its selector (measured: ~8 more instructions per 4-bit word).
+// The 4-bit unit of numerics.h (quantize_unit / unit_dot_q4): x's exact integers as signed-byte
+// limbs, in the two words the dot reads per unit:
+//   a = {limb 1 of inputs 0,2,4,6 | limb 1 of inputs 1,3,5,7 | limb 2 even | limb 2 odd},
+//   b = {limb 3 even | limb 3 odd | step (float bits) | 0}; byte i of an "even" word is input 2i.
+__device__ __forceinline__ void make_unit_q4(float4 v0, float4 v1, uint4& a, uint4& b) {
+  const float x[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  const num::UnitInts q = num::quantize_unit(x);
+  uint32_t w[6] = {0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    int32_t l[3];
+    num::split_limbs(q.xi[k], &l[0], &l[1], &l[2]);
+#pragma unroll
+    for (int j = 0; j < 3; ++j) w[2 * j + (k & 1)] |= (uint32_t(l[j]) & 0xFFu) << (8 * (k >> 1));
+  }
+  a = make_uint4(w[0], w[1], w[2], w[3]);
+  b = make_uint4(w[4], w[5], __float_as_uint(q.step), 0u);
+}
+
+// p = float(Σ_k q_k xi_k) * step for one 4-bit word: the low and high nibbles (0..15, so they are
+// the same as signed bytes) against each limb in dp4a, Horner-style (limb 1, * 256, limb 2, * 256,
+// limb 3): exact in int32 (|Σ| < 2^29), then one rounding to float and an exact scaling.
+__device__ __forceinline__ float unit_q4(uint32_t w, uint4 a, uint4 b) {
+  const int lo = int(w & 0x0F0F0F0Fu), hi = int((w >> 4) & 0x0F0F0F0Fu);
+  int p = __dp4a(lo, int(a.x), 0);
+  p = __dp4a(hi, int(a.y), p);
+  p *= 256;
+  p = __dp4a(lo, int(a.z), p);
+  p = __dp4a(hi, int(a.w), p);
+  p *= 256;
+  p = __dp4a(lo, int(b.x), p);
+  p = __dp4a(hi, int(b.y), p);
+  return __int2float_rn(p) * __uint_as_float(b.z);
+}
+
+// The 8-bit unit keeps the float chain: q value of byte I of t as an exact float (PRMT places
+// the byte under the exponent of 2^23, then 2^23 is subtracted). The bits of 2^23 come from
+// constant memory so that the compiler holds them in a register (with a literal, every PRMT
+// needs an extra instruction for its selector).
 static __constant__ uint32_t kTwo23Bits = 0x4B000000u;
 
-// q value of byte I of t (0 <= byte <= 15) as an exact float: PRMT places the byte under the
-// exponent of 2^23 (magic = kTwo23Bits), then 2^23 is subtracted (one int op per value, no I2F).
 template <int I>
 __device__ __forceinline__ float q_byte(uint32_t t, uint32_t magic) {
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(t), "r"(magic), "n"(0x7540 | I));
   return __uint_as_float(r) - 8388608.0f;
-}
-
-// p = chain_k fmaf(q_k, x_k, p) over the 8 values of one 4-bit unit (one word).
-__device__ __forceinline__ float unit_q4(uint32_t w, float4 xa, float4 xb) {
-  const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;  // nibbles 0,2,4,6 / 1,3,5,7
-  const uint32_t magic = kTwo23Bits;
-  float p = 0.0f;
-  p = fmaf(q_byte<0>(lo, magic), xa.x, p);
-  p = fmaf(q_byte<0>(hi, magic), xa.y, p);
-  p = fmaf(q_byte<1>(lo, magic), xa.z, p);
-  p = fmaf(q_byte<1>(hi, magic), xa.w, p);
-  p = fmaf(q_byte<2>(lo, magic), xb.x, p);
-  p = fmaf(q_byte<2>(hi, magic), xb.y, p);
-  p = fmaf(q_byte<3>(lo, magic), xb.z, p);
-  p = fmaf(q_byte<3>(hi, magic), xb.w, p);
-  return p;
 }
 
 __device__ __forceinline__ float unit_q8(uint32_t w0, uint32_t w1, float4 xa, float4 xb) {
