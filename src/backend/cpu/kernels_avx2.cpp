@@ -149,6 +149,8 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
           // vpmaskmovd is slow on some CPUs (AMD): a plain load for every full block.
           w[i] = valid >= kBlockUnits ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(W[i] + b * kBlockUnits))
                                       : _mm256_maskload_epi32(reinterpret_cast<const int*>(W[i] + b * kBlockUnits), mk);
+          // Into L2 16 KB ahead, one 64-byte line per two blocks (kernels_avx512.cpp says why).
+          if (h % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(W[i] + b * kBlockUnits + 4096), _MM_HINT_T1);
           for (int j = 0; j < NT; ++j) p[i][j] = _mm256_setzero_ps();
         }
         for (int j = 0; j < NT; ++j) {
