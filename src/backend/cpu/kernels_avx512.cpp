@@ -33,11 +33,11 @@ namespace {
 constexpr int kBlockUnits = 16;
 constexpr int kBlockFloats = 8 * kBlockUnits;  // 128
 constexpr int kMaxGroups = 2048;                 // per row: K <= 65536 at group size 32
-// Weights are prefetched twice: into L1 one row group ahead, and into L2 16 KB ahead. On the
-// 2-core VM the hardware prefetcher does little, and the L1 prefetches alone are capped by the
-// core's L1 misses in flight (about 20 GB/s for two cores); the L2 prefetch far ahead keeps the
-// stream at the memory's pace. Measured (`deltaq bench -m M --tokens 48`, alternating runs):
-// decode 15.3-18.1 tok/s without it, 27.2-28.8 with it (8-64 KB ahead: the same within noise).
+// Weights are prefetched into L2 16 KB ahead. On the 2-core VM the hardware prefetcher does
+// little, and prefetches into L1 one row group ahead (the kernel's earlier way) were capped by
+// the core's L1 misses in flight (about 20 GB/s for two cores). Measured (`deltaq bench -m M
+// --tokens 64`, alternating runs): decode 15.7-16.5 tok/s with the L1 prefetch, 25.6-28.9 with the
+// L2 one added (8-64 KB ahead: the same within noise), 27.1-28.8 with the L2 one alone.
 constexpr size_t kFarWords = 16 * 1024 / 4;
 
 int n_blocks(const Matrix& m) { return (m.cols / 8 + kBlockUnits - 1) / kBlockUnits; }
@@ -165,7 +165,6 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
         step[j] = _mm512_loadu_ps(xb + kSlotStep * kBlockUnits);                                   \
       }                                                                                            \
       for (int i = 0; i < R; ++i) {                                                                \
-        _mm_prefetch(reinterpret_cast<const char*>(W[i] + (b + h) * kBlockUnits + R * U), _MM_HINT_T0); \
         _mm_prefetch(reinterpret_cast<const char*>(W[i] + (b + h) * kBlockUnits + kFarWords), _MM_HINT_T1); \
         const __m512i w = valid >= 16 ? _mm512_loadu_si512(W[i] + (b + h) * kBlockUnits)           \
                                       : _mm512_maskz_loadu_epi32(mk[h], W[i] + (b + h) * kBlockUnits); \
