@@ -7,6 +7,7 @@
 // 16 bits, no saturation at these sizes) + vpmaddwd (into 32 bits), combined Horner-style.
 // BF16 rows gather the weight pairs of 8 units with four 32-bit gathers per block.
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/unit_limbs.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -40,28 +41,12 @@ bool handles(const Matrix& m) {
 
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
-// Affine 4-bit: the slots of a block's prepared x (8 lanes each): limb 1, 2, 3 of the even
-// inputs (k = 0, 2, 4, 6 in the bytes of a lane) and of the odd ones, then the units' steps.
-constexpr int kSlotStep = 6;
-
-// Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs; zero past the
-// row. BF16: xp[b][k][m] = x[8(8b + m) + k]; zero past the row. Always exact.
+// Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs
+// (unit_limbs.h); zero past the row. BF16: xp[b][k][m] = x[8(8b + m) + k]; zero past the row. Always exact.
 bool prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
   if (m.format == WFormat::Affine) {
-    std::memset(xp, 0, sizeof(float) * prepared_size(m));
-    for (int u = 0; u < U; ++u) {
-      const num::UnitInts q = num::quantize_unit(x + 8 * u);
-      float* blk = xp + size_t(u / kBlockUnits) * kBlockFloats;
-      const int l = u % kBlockUnits;
-      auto* bytes = reinterpret_cast<int8_t*>(blk);
-      for (int k = 0; k < 8; ++k) {
-        int32_t limb[3];
-        num::split_limbs(q.xi[k], &limb[0], &limb[1], &limb[2]);
-        for (int j = 0; j < 3; ++j) bytes[((2 * j + k % 2) * kBlockUnits + l) * 4 + k / 2] = int8_t(limb[j]);
-      }
-      std::memcpy(blk + kSlotStep * kBlockUnits + l, &q.step, sizeof(float));
-    }
+    prepare_unit_limbs(x, U, kBlockUnits, kBlockFloats, prepared_size(m), xp);
     return true;
   }
   for (int b = 0; b < NB; ++b)
@@ -157,7 +142,7 @@ DQ_AVX2 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
           const float* xb = t.x[j] + size_t(b) * kBlockFloats;
           __m256i xl[6];
           for (int sl = 0; sl < 6; ++sl) xl[sl] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + sl * kBlockUnits));
-          const __m256 step = _mm256_loadu_ps(xb + kSlotStep * kBlockUnits);
+          const __m256 step = _mm256_loadu_ps(xb + kLimbSlotStep * kBlockUnits);
           for (int i = 0; i < R; ++i) {
             const __m256i lo = _mm256_and_si256(w[i], nib), hi = _mm256_and_si256(_mm256_srli_epi32(w[i], 4), nib);
             auto limb = [&](int l) DQ_AVX2_LAMBDA {  // Σ over the unit's 8 inputs of q * limb l

@@ -11,6 +11,7 @@
 // BF16 rows use the same lanes; four loads are transposed so that vector k holds input k of 16
 // units.
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/unit_limbs.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -51,28 +52,12 @@ bool handles(const Matrix& m) {
 
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
-// Affine 4-bit: the slots of a block's prepared x (16 lanes each): limb 1, 2, 3 of the even
-// inputs (k = 0, 2, 4, 6 in the bytes of a lane) and of the odd ones, then the units' steps.
-constexpr int kSlotL1 = 0, kSlotStep = 6;
-
-// Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs (see above);
+// Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs (unit_limbs.h);
 // zero past the row. BF16: xp[b][k][m] = x[8(16b + m) + k]; zero past the row. Always exact.
 bool prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
   if (m.format == WFormat::Affine) {
-    std::memset(xp, 0, sizeof(float) * prepared_size(m));
-    for (int u = 0; u < U; ++u) {
-      const num::UnitInts q = num::quantize_unit(x + 8 * u);
-      float* blk = xp + size_t(u / kBlockUnits) * kBlockFloats;
-      const int l = u % kBlockUnits;
-      auto* bytes = reinterpret_cast<int8_t*>(blk);
-      for (int k = 0; k < 8; ++k) {
-        int32_t limb[3];
-        num::split_limbs(q.xi[k], &limb[0], &limb[1], &limb[2]);
-        for (int j = 0; j < 3; ++j) bytes[((2 * j + k % 2) * kBlockUnits + l) * 4 + k / 2] = int8_t(limb[j]);
-      }
-      std::memcpy(blk + kSlotStep * kBlockUnits + l, &q.step, sizeof(float));
-    }
+    prepare_unit_limbs(x, U, kBlockUnits, kBlockFloats, prepared_size(m), xp);
     return true;
   }
   for (int b = 0; b < NB; ++b)
@@ -161,8 +146,8 @@ DQ_AVX512 void affine4_rows(const MatTask& t, int r0, int r1, bool add) {
       __m512 step[NT];                                                                             \
       for (int j = 0; j < NT; ++j) {                                                               \
         const float* xb = t.x[j] + size_t(b + h) * kBlockFloats;                                   \
-        for (int s = 0; s < 6; ++s) xl[j][s] = _mm512_loadu_si512(xb + (kSlotL1 + s) * kBlockUnits); \
-        step[j] = _mm512_loadu_ps(xb + kSlotStep * kBlockUnits);                                   \
+        for (int s = 0; s < 6; ++s) xl[j][s] = _mm512_loadu_si512(xb + (s) * kBlockUnits); \
+        step[j] = _mm512_loadu_ps(xb + kLimbSlotStep * kBlockUnits);                                   \
       }                                                                                            \
       for (int i = 0; i < R; ++i) {                                                                \
         _mm_prefetch(reinterpret_cast<const char*>(W[i] + (b + h) * kBlockUnits + kFarWords), _MM_HINT_T1); \
