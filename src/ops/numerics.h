@@ -249,24 +249,36 @@ DQ_HD uint32_t unpack_q(const uint32_t* wrow, int u, int k) {
   return (wrow[j / per_word] >> (BITS * (j % per_word))) & ((1u << BITS) - 1u);
 }
 
-template <int BITS, class S>
-DQ_HD float affine_dot(const uint32_t* wrow, const S* srow, const S* brow, const float* x, const float* xg, int K,
-                       int gs) {
+// The row's lanes for any unit dot: unit(u) returns p_u.
+template <class S, class UnitDot>
+DQ_HD float affine_lanes(const S* srow, const S* brow, const float* xg, int K, int gs, const UnitDot& unit) {
   float lane[kLanes] = {};
   float blane[kLanes] = {};
-  for (int u = 0; u < K / 8; ++u) {
-    float p = 0.0f;
-    if constexpr (BITS == 4) {
-      p = unit_dot_q4(wrow[u], quantize_unit(x + 8 * u));
-    } else {
-      for (int k = 0; k < 8; ++k) p = fmaf(float(unpack_q<BITS>(wrow, u, k)), x[8 * u + k], p);
-    }
-    int g = u * 8 / gs;
-    lane[u & 31] = fmaf(load_f32(srow, g), p, lane[u & 31]);
-  }
+  for (int u = 0; u < K / 8; ++u) lane[u & 31] = fmaf(load_f32(srow, u * 8 / gs), unit(u), lane[u & 31]);
   for (int g = 0; g < K / gs; ++g) blane[g & 31] = fmaf(load_f32(brow, g), xg[g], blane[g & 31]);
   for (int l = 0; l < kLanes; ++l) lane[l] = lane[l] + blane[l];
   return butterfly32(lane);
+}
+
+template <int BITS, class S>
+DQ_HD float affine_dot(const uint32_t* wrow, const S* srow, const S* brow, const float* x, const float* xg, int K,
+                       int gs) {
+  return affine_lanes(srow, brow, xg, K, gs, [&](int u) {
+    if constexpr (BITS == 4) {
+      return unit_dot_q4(wrow[u], quantize_unit(x + 8 * u));
+    } else {
+      float p = 0.0f;
+      for (int k = 0; k < 8; ++k) p = fmaf(float(unpack_q<BITS>(wrow, u, k)), x[8 * u + k], p);
+      return p;
+    }
+  });
+}
+
+// The same row for 4-bit weights when x's units were quantized once for all rows.
+template <class S>
+DQ_HD float affine_dot_q4(const uint32_t* wrow, const S* srow, const S* brow, const UnitInts* units, const float* xg,
+                          int K, int gs) {
+  return affine_lanes(srow, brow, xg, K, gs, [&](int u) { return unit_dot_q4(wrow[u], units[u]); });
 }
 
 // One dequantized weight (embedding rows): s*q + b, rounded once.

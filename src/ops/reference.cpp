@@ -22,6 +22,15 @@ float affine_row(const Matrix& m, int row, const float* x, const float* xg) {
   return num::affine_dot<BITS, S>(w, s, b, x, xg, K, m.group_size);
 }
 
+template <class S>
+float affine_row_q4(const Matrix& m, int row, const num::UnitInts* units, const float* xg) {
+  const int K = m.cols, G = K / m.group_size;
+  const auto* w = static_cast<const uint32_t*>(m.w->ptr) + size_t(row) * (size_t(K) / 8);
+  const auto* s = static_cast<const S*>(m.scales->ptr) + size_t(row) * G;
+  const auto* b = static_cast<const S*>(m.biases->ptr) + size_t(row) * G;
+  return num::affine_dot_q4<S>(w, s, b, units, xg, K, m.group_size);
+}
+
 template <int BITS>
 float affine_row_s(const Matrix& m, int row, const float* x, const float* xg) {
   switch (m.scale_dtype) {
@@ -52,6 +61,16 @@ void affine_embed_row_s(const Matrix& m, int row, float* out) {
 }
 
 }  // namespace
+
+float row_dot_q4(const Matrix& m, int row, const num::UnitInts* units, const float* xg) {
+  DQ_CHECK(m.format == WFormat::Affine && m.bits == 4, "{}: row_dot_q4 of a matrix that is not 4-bit affine", m.name);
+  switch (m.scale_dtype) {
+    case DType::BF16: return affine_row_q4<uint16_t>(m, row, units, xg);
+    case DType::F16: return affine_row_q4<num::f16_t>(m, row, units, xg);
+    case DType::F32: return affine_row_q4<float>(m, row, units, xg);
+    default: fail("{}: unsupported scale dtype {}", m.name, dtype_name(m.scale_dtype));
+  }
+}
 
 void group_sums_for(const Matrix& m, const float* x, float* xg) {
   if (m.format == WFormat::Affine) num::group_sums(x, m.cols, m.group_size, xg);

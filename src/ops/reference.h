@@ -1,12 +1,15 @@
 // Scalar reference implementation of every op: the definition of its evaluation order.
 // Operands are host memory. Single-threaded, plain loops over numerics.h.
 #pragma once
+#include "ops/numerics.h"
 #include "ops/ops.h"
 
 namespace dq::ref {
 
 // y = W[row] . x for one row, in the canonical order; xg = group sums of x (affine only).
 float row_dot(const Matrix& m, int row, const float* x, const float* xg);
+// The same for a 4-bit affine matrix whose x units were quantized once (numerics.h quantize_unit).
+float row_dot_q4(const Matrix& m, int row, const num::UnitInts* units, const float* xg);
 // Group sums of x for an affine matrix (size cols / group_size); no-op for dense.
 void group_sums_for(const Matrix& m, const float* x, float* xg);
 

@@ -197,6 +197,28 @@ TEST(BadCheckpoints, WrongGroupSizeAndBits) {
   expect_clear_error(d3, {"is quantized", "no \"quantization\" block"});
 }
 
+// A layer whose gate and up are quantized differently (a per-module override gives up_proj
+// group 32, its scales and biases reshaped to match): SwiGLU runs gate and up against one
+// prepared x and one set of group sums, so opening it is a clear error, not a wrong answer.
+TEST(BadCheckpoints, GateAndUpStoredDifferently) {
+  auto d = broken("gate-up", kSrc, [](const std::string& d) {
+    Image im = read_image(d + "/model.safetensors");
+    for (const char* part : {"scales", "biases"}) {
+      json& t = im.header[std::string("language_model.model.layers.0.mlp.up_proj.") + part];
+      const int64_t rows = t["shape"][0], groups = t["shape"][1];
+      t["shape"] = {rows, 2 * groups};
+      const size_t at = im.data.size();
+      im.data.resize(at + size_t(rows * 2 * groups) * 2, 0x3C);  // bf16 0x3C3C: a small positive scale
+      t["data_offsets"] = {at, im.data.size()};
+    }
+    write_image(d + "/model.safetensors", im);
+    edit_config(d, [](json& c) {
+      c["quantization"]["language_model.model.layers.0.mlp.up_proj"] = {{"group_size", 32}, {"bits", 4}};
+    });
+  });
+  expect_clear_error(d, {"layer 0: mlp.gate_proj and mlp.up_proj must be stored alike"});
+}
+
 TEST(BadCheckpoints, MalformedOrIncompleteConfig) {
   auto d = broken("cfg-json", kSrc, [](const std::string& d) { std::ofstream(d + "/config.json") << "{\"text_config\": {"; });
   expect_clear_error(d, {"config.json", "not valid JSON"});

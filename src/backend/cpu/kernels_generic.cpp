@@ -1,6 +1,7 @@
 // The generic kernel set: the reference order, no ISA-specific code. Used on CPUs without
 // AVX2 and for matrix formats the SIMD sets do not specialise.
 #include <cstring>
+#include <new>
 
 #include "backend/cpu/kernels.h"
 #include "ops/reference.h"
@@ -12,17 +13,34 @@ namespace {
 
 bool handles(const Matrix&) { return true; }
 
-size_t prepared_size(const Matrix& m) { return size_t(m.cols); }
+bool is_q4(const Matrix& m) { return m.format == WFormat::Affine && m.bits == 4; }
+
+// 4-bit affine: x's units quantized once for every row (numerics.h UnitInts, 9 floats' room
+// each), then x as given (for a SwiGLU up matrix of another format); anything else: x as given.
+constexpr size_t kUnitFloats = sizeof(num::UnitInts) / sizeof(float);
+static_assert(sizeof(num::UnitInts) % sizeof(float) == 0 && alignof(num::UnitInts) <= alignof(float));
+
+size_t units_floats(const Matrix& m) { return is_q4(m) ? size_t(m.cols / 8) * kUnitFloats : 0; }
+
+size_t prepared_size(const Matrix& m) { return units_floats(m) + size_t(m.cols); }
 
 bool prepare(const Matrix& m, const float* x, float* xp) {
-  std::memcpy(xp, x, sizeof(float) * m.cols);
+  if (is_q4(m))
+    for (int u = 0; u < m.cols / 8; ++u) new (xp + size_t(u) * kUnitFloats) num::UnitInts(num::quantize_unit(x + 8 * u));
+  std::memcpy(xp + units_floats(m), x, sizeof(float) * m.cols);
   return true;
+}
+
+// Row r of m against x prepared for matrix `prep` (the same matrix, or SwiGLU's gate).
+float row(const Matrix& m, const Matrix& prep, int r, const float* xp, const float* xg) {
+  if (is_q4(m) && is_q4(prep)) return ref::row_dot_q4(m, r, std::launder(reinterpret_cast<const num::UnitInts*>(xp)), xg);
+  return ref::row_dot(m, r, xp + units_floats(prep), xg);
 }
 
 void rows(const MatTask& t, int r0, int r1, bool add) {
   for (int r = r0; r < r1; ++r)
     for (int i = 0; i < t.nt; ++i) {
-      float v = ref::row_dot(*t.m, r, t.x[i], t.xg[i]);
+      float v = row(*t.m, *t.m, r, t.x[i], t.xg[i]);
       t.y[i][r] = add ? t.y[i][r] + v : v;
     }
 }
@@ -30,8 +48,8 @@ void rows(const MatTask& t, int r0, int r1, bool add) {
 void swiglu_rows(const MatTask& g, const Matrix& up, int r0, int r1) {
   for (int r = r0; r < r1; ++r)
     for (int i = 0; i < g.nt; ++i) {
-      float a = ref::row_dot(*g.m, r, g.x[i], g.xg[i]);
-      float b = ref::row_dot(up, r, g.x[i], g.xg[i]);
+      float a = row(*g.m, *g.m, r, g.x[i], g.xg[i]);
+      float b = row(up, *g.m, r, g.x[i], g.xg[i]);
       g.y[i][r] = num::silu(a) * b;
     }
 }

@@ -129,10 +129,12 @@ class FastRunner : public CpuRunner {
 
   enum class Epi { Store, Add, SwiGLU };
 
-  // A prepared input: x in a kernel set's layout plus group sums, for every token.
+  // A prepared input: x in a kernel set's layout plus group sums, for every token. The layout
+  // depends on the kernel set and on the matrix's format and bits (4-bit: unit integers).
   struct Prepared {
     const cpu::KernelSet* ks;
-    int gs;
+    WFormat format;
+    int bits, gs;
     size_t stride;  // floats per token in x
     std::vector<float> x, xg;
   };
@@ -140,20 +142,22 @@ class FastRunner : public CpuRunner {
   Prepared& prepared_for(const cpu::KernelSet* ks, const Matrix& m, const float* xn, int T, int K) {
     const int gs = m.format == WFormat::Affine ? m.group_size : 0;
     for (int i = 0; i < n_prep_; ++i)
-      if (prep_[i].ks == ks && prep_[i].gs == gs) return prep_[i];
-    const size_t stride = ks->prepared_size(m);
+      if (prep_[i].ks == ks && prep_[i].format == m.format && prep_[i].bits == m.bits && prep_[i].gs == gs)
+        return prep_[i];
     bool ok = true;
     Prepared& p = prep_[n_prep_++];
     p.ks = ks;
+    p.format = m.format;
+    p.bits = m.bits;
     p.gs = gs;
-    p.stride = stride;
-    p.x.resize(size_t(T) * stride);
-    for (int t = 0; t < T; ++t) ok = ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * stride) && ok;
+    p.stride = ks->prepared_size(m);
+    p.x.resize(size_t(T) * p.stride);
+    for (int t = 0; t < T; ++t) ok = ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * p.stride) && ok;
     if (!ok) {  // an input the SIMD layout cannot carry exactly: run this product generically
       p.ks = cpu::generic_kernels();
-      p.stride = size_t(K);
-      p.x.resize(size_t(T) * K);
-      for (int t = 0; t < T; ++t) p.ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * K);
+      p.stride = p.ks->prepared_size(m);
+      p.x.resize(size_t(T) * p.stride);
+      for (int t = 0; t < T; ++t) p.ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * p.stride);
     }
     if (gs) {
       p.xg.resize(size_t(T) * (K / gs));
@@ -176,7 +180,9 @@ class FastRunner : public CpuRunner {
     int64_t row_start[op::Project::kMax + 1] = {0};
     for (int i = 0; i < n; ++i) {
       // A matrix the SIMD set does not specialise runs the generic (same-order) code.
-      bool fast = ks_->handles(*ms[i]) && (epi != Epi::SwiGLU || ks_->handles(*up));
+      // SwiGLU's up rows read the gate's prepared x: the fast path needs the same layout for both.
+      bool fast = ks_->handles(*ms[i]) &&
+                  (epi != Epi::SwiGLU || (ks_->handles(*up) && up->format == ms[i]->format && up->bits == ms[i]->bits));
       prep[i] = &prepared_for(fast ? ks_ : cpu::generic_kernels(), *ms[i], xn, T, K);
       row_start[i + 1] = row_start[i] + ms[i]->rows;
     }
