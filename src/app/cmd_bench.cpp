@@ -40,12 +40,13 @@ Command add_bench(CLI::App& app) {
             const int end_pos = e->position();
             const size_t rss = peak_rss_bytes();
             // Sampled decoding (temperature 0.7, top_p 0.9): with the whole logits row read back and
-            // sampled on the host, and with top_k 20, where only the top 21 logits come back (op::TopK).
+            // sampled on the host, and with top_k 20, where only the top 21 logits come back (op::TopK);
+            // temperature 0.7 alone: drawn on the backend (op::SampleDraw), only the id comes back.
             const int n_sampled = std::min(*tokens, 200);
-            auto time_sampled = [&](int top_k) {
+            auto time_sampled = [&](int top_k, float top_p) {
               SamplingParams sp;
               sp.temperature = 0.7f;
-              sp.top_p = 0.9f;
+              sp.top_p = top_p;
               sp.top_k = top_k;
               sp.seed = 1;
               Sampler sampler(sp);
@@ -55,7 +56,14 @@ Command add_bench(CLI::App& app) {
               int32_t tok = 1;
               const auto ts = clk::now();
               for (int i = 0; i < n_sampled && e->position() < e->max_ctx(); ++i) {
-                if (const int need = sampler.top_needed()) {
+                if (sampler.plain()) {
+                  const double u = sampler.take_uniform();
+                  tok = e->step_draw(tok, sp.temperature, sp.min_p, u);
+                  if (tok < 0) {
+                    e->read_logits(&logits);
+                    tok = sampler.sample_declined(logits, u);
+                  }
+                } else if (const int need = sampler.top_needed()) {
                   e->step_top(tok, need, &top_ids, &top_vals);
                   auto t = sampler.sample_top(top_ids, top_vals);
                   if (!t) e->read_logits(&logits);
@@ -67,7 +75,7 @@ Command add_bench(CLI::App& app) {
               }
               return n_sampled / std::chrono::duration<double>(clk::now() - ts).count();
             };
-            const double tps_row = time_sampled(0), tps_top = time_sampled(20);
+            const double tps_row = time_sampled(0, 0.9f), tps_top = time_sampled(20, 0.9f), tps_draw = time_sampled(0, 1.0f);
             const double tps = *tokens / s;
             const double bpt = e->model().bytes_per_token(start_pos + *tokens / 2);
             std::printf("model        %s (%d layers, hidden %d, vocab %d)\n", f->model.c_str(), c.num_layers,
@@ -77,8 +85,9 @@ Command add_bench(CLI::App& app) {
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, end_pos);
             std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (whole logits row to the host); "
-                        "%.2f tok/s with top_k 20 too (top 21 logits from the backend)\n",
-                        n_sampled, tps_row, tps_top);
+                        "%.2f tok/s with top_k 20 too (top 21 logits from the backend); %.2f tok/s with T 0.7 alone "
+                        "(drawn on the backend)\n",
+                        n_sampled, tps_row, tps_top, tps_draw);
             std::printf("bytes/token  %.1f MB (weights %.1f MB + state and KV cache)\n", bpt / 1e6,
                         e->model().weights().matrix_bytes / 1e6);
             const double gbps = bpt * tps / 1e9;

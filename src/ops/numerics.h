@@ -289,6 +289,47 @@ DQ_HD float affine_weight(const uint32_t* wrow, const S* srow, const S* brow, in
   return fmaf(load_f32(srow, j / gs), float(q), load_f32(brow, j / gs));
 }
 
+// ---- sampling: the plain temperature draw ---------------------------------------------------------
+// Sampling with a temperature and nothing else (no penalties, top-k or top-p; min-p allowed) draws
+// from the whole row, so its numbers are defined here, for the host and the device alike:
+//   w_i = exp((x_i - m) / T) in fp32 with our exp (m the largest number of the row); 0 for NaN and
+//         -inf, and with min-p for w_i < min_p (w is relative to the top, whose weight is 1);
+//   sums in double: a chunk of 32 consecutive ids sequentially, a block of 32 chunks sequentially
+//         over the chunk sums, the row sequentially over the block sums (Z);
+//   the draw: t = u * Z for a uniform u in [0, 1); the first block whose running sum exceeds t,
+//         then in it the first chunk (running from the block's start), then the first id
+//         (running from the chunk's start). A level where rounding leaves t past the end takes its
+//         last part with a positive weight.
+// A device computes the chunk sums in parallel and walks the rest in one thread, with the same bits.
+constexpr int kDrawChunk = 32;   // ids per chunk
+constexpr int kDrawChunks = 32;  // chunks per block
+
+DQ_HD float draw_weight(float x, float m, float T, float min_p) {
+  if (!(x > -INFINITY)) return 0.0f;
+  const float w = num::exp((x - m) / T);
+  return min_p > 0.0f && !(w >= min_p) ? 0.0f : w;
+}
+
+// Over v[0..k) from *base: the first j with v[j] > 0 and t < *base + v[j] (the v before it added
+// to *base), else the last j with v[j] > 0 (*base at its start); -1 when every v is 0.
+DQ_HD int draw_walk(const double* v, int k, double t, double* base) {
+  int last = -1;
+  double at_last = *base, b = *base;
+  for (int j = 0; j < k; ++j) {
+    if (!(v[j] > 0.0)) continue;
+    const double nb = b + v[j];
+    if (t < nb) {
+      *base = b;
+      return j;
+    }
+    last = j;
+    at_last = b;
+    b = nb;
+  }
+  *base = at_last;
+  return last;
+}
+
 // ---- norms --------------------------------------------------------------------------------------
 
 // out = (x * r) * w with r = rms_inv(sum_squares(x)); w may be null (no weight).

@@ -137,6 +137,18 @@ struct TopK {
   Ref vals;  // f32 [k]
 };
 
+// The plain temperature draw of numerics.h (draw_weight ... draw_walk) over x[0..n) with the
+// uniform u: out[0] = the id, or -1 when the row has no number above -inf or its largest is +inf
+// (the caller samples those on the host). out2, when set, receives the id too (the next input).
+struct SampleDraw {
+  Ref x;  // f32 [n]
+  int n = 0;
+  float temperature = 1.0f, min_p = 0.0f;
+  double u = 0.0;
+  Ref out;  // i32 [1]
+  Ref out2;
+};
+
 // pos[0] += delta (advances the sequence after a step).
 struct AdvancePos {
   Ref pos;
@@ -165,7 +177,7 @@ struct Read {
 }  // namespace op
 
 using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::AttnCore, op::Argmax, op::TopK,
-                        op::AdvancePos, op::Zero, op::Write, op::Read>;
+                        op::SampleDraw, op::AdvancePos, op::Zero, op::Write, op::Read>;
 
 const char* op_name(const Op& op);
 

@@ -175,6 +175,22 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
   last_next_ = next;
 }
 
+int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double u) {
+  const int32_t one[1] = {token};
+  check_ids(one);
+  write_tokens(act1_, one);
+  if (!drawn_) drawn_ = be_->alloc(4, "drawn");
+  if (step_graph_) q_->replay(*step_graph_);
+  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+  int32_t next = 0, id = -1;
+  q_->go(op::Read{act1_.next.buf, 0, 4, &next});
+  q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, Ref{}});
+  q_->go(op::Read{drawn_, 0, 4, &id});
+  wait_fed(std::span<const int32_t>(&token, 1));
+  last_next_ = next;
+  return id;
+}
+
 void Engine::read_logits(std::vector<float>* logits) {
   logits->resize(config().vocab_size);
   q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});

@@ -60,6 +60,9 @@ class Engine {
   // One decode step that brings back only the n largest logits (op::TopK: ids and values,
   // descending, ties by the lower id; n <= 256) instead of the whole row.
   void step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals);
+  // One decode step that draws the next token on the backend (op::SampleDraw: plain temperature
+  // sampling with the uniform u); only the id comes back, or -1 when the draw declines.
+  int32_t step_draw(int32_t token, float temperature, float min_p, double u);
   // The whole logits row of the last step (after step_top, when its values did not decide).
   void read_logits(std::vector<float>* logits);
   // Residual stream of a fresh prefill of ids: [0] embeddings, [i] after layer i-1 ([L+1][n][H]).
@@ -83,6 +86,7 @@ class Engine {
   Activations act1_;  // decode step (its graph is recorded once)
   std::unique_ptr<Graph> step_graph_;
   Buffer top_ids_, top_vals_;  // op::TopK results of a step
+  Buffer drawn_;               // op::SampleDraw result of a step
   int pos_ = 0;
   std::vector<int32_t> history_;  // tokens the state holds
   bool history_ok_ = true;        // false while (or after) a call that changes the state failed

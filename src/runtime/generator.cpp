@@ -165,6 +165,13 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     }
     if (greedy) {
       tok = engine_.step_greedy();
+    } else if (seq.plain()) {  // the engine draws: only the id comes back
+      const double u = seq.take_uniform();
+      tok = engine_.step_draw(tok, seq.sampling().temperature, seq.sampling().min_p, u);
+      if (tok < 0) {
+        engine_.read_logits(&logits);
+        tok = seq.choose_declined(logits, u);
+      }
     } else if (const int need = seq.top_needed()) {  // only the top logits come back
       engine_.step_top(tok, need, &top_ids, &top_vals);
       if (auto t = seq.choose_top(top_ids, top_vals)) {

@@ -81,6 +81,12 @@ class Sequence {
   std::optional<int32_t> choose_top(std::span<const int32_t> ids, std::span<const float> vals) {
     return sampler_.sample_top(ids, vals);
   }
+  // Plain temperature sampling, drawn by the engine (Sampler::plain): its uniform, and the choice
+  // from the row when the engine's draw declines.
+  bool plain() const { return sampler_.plain(); }
+  const SamplingParams& sampling() const { return sampler_.params(); }
+  double take_uniform() { return sampler_.take_uniform(); }
+  int32_t choose_declined(std::span<const float> logits, double u) { return sampler_.sample_declined(logits, u); }
   // Takes the next token (chosen, or the engine's argmax). Returns true when the sequence is done.
   bool accept(int32_t token);
   // Ends the sequence now: "length" (out of context) or "cancelled".

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <random>
 
+#include "ops/reference.h"
+
 namespace dq {
 
 namespace {
@@ -95,6 +97,11 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     x = work_;
   }
   if (p_.greedy()) return argmax(x);
+  if (plain()) {
+    const double u = rng_.uniform();
+    const int32_t id = ref::draw_plain(x.data(), int(x.size()), p_.temperature, p_.min_p, u);
+    return id >= 0 ? id : sample_declined(x, u);
+  }
 
   // Candidates: every id whose logit is a number above -inf; +inf ones alone if there are any.
   const int32_t V = int32_t(x.size());
@@ -152,6 +159,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   cut_min_p();
   if (cand_.empty()) return argmax(x);
   return draw();
+}
+
+int32_t Sampler::sample_declined(std::span<const float> x, double u) {
+  cand_.clear();
+  for (int32_t i = 0; i < int32_t(x.size()); ++i)
+    if (x[i] == INFINITY) cand_.push_back(i);
+  if (cand_.empty()) return argmax(x);  // no number above -inf
+  return cand_[std::min(cand_.size() - 1, size_t(u * double(cand_.size())))];
 }
 
 void Sampler::cut_min_p() {

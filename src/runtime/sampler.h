@@ -9,6 +9,10 @@
 //      broken by the lower id, whose mass reaches top_p), then min_p (keep p >= min_p * p_max)
 //   5. one draw from the kept tokens in proportion to exp((logit - max) / temperature)
 //
+// Plain temperature sampling (no penalties, top-k or top-p; min-p allowed) draws from the whole
+// row by the numbers of ops/numerics.h (draw_weight, draw_walk: fp32 weights, double sums in fixed
+// chunks), which a backend computes itself (op::SampleDraw): then only the id leaves the device.
+//
 // NaN logits are never chosen. +inf logits: the draw is uniform among them. When every logit is NaN
 // or -inf the result is the lowest id that is not NaN, or 0.
 //
@@ -75,6 +79,12 @@ class Sampler {
   // them, at least top_needed() of each). nullopt when they do not decide it (the top value is
   // not a number or is infinite): then read the row and call sample().
   std::optional<int32_t> sample_top(std::span<const int32_t> ids, std::span<const float> vals);
+
+  // Plain temperature sampling (see above): the engine can draw it (op::SampleDraw) with
+  // take_uniform()'s value; when that declines (-1: the row has no number, or +inf), sample_declined.
+  bool plain() const { return !p_.greedy() && !p_.has_penalties() && p_.top_k <= 0 && !(p_.top_p < 1); }
+  double take_uniform() { return rng_.uniform(); }
+  int32_t sample_declined(std::span<const float> logits, double u);
 
   // The argmax as the greedy path defines it (lowest index on ties, NaN never wins; 0 if all NaN).
   static int32_t argmax(std::span<const float> logits);

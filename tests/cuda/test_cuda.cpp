@@ -8,7 +8,9 @@
 #include "../unit/parity_cases.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "ops/reference.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 
 using namespace dq;
 using namespace parity;
@@ -63,6 +65,10 @@ TEST(CudaParity, Argmax) {
 TEST(CudaParity, TopK) {
   auto t = cuda_target();
   top_k_cases(t);
+}
+TEST(CudaParity, SampleDraw) {
+  auto t = cuda_target();
+  sample_draw_cases(t);
 }
 
 TEST(CudaQueue, DroppingHandlesBeforeTheWaitIsSafe) {
@@ -137,6 +143,32 @@ TEST(CudaQueue, GraphCaptureAndReplay) {
   q->go(op::Read{pos.buf, 0, 4, &p});
   q->wait();
   EXPECT_EQ(p, 21);
+}
+
+// Sampled decoding drawn on the device (Engine::step_draw, op::SampleDraw) takes the same ids as
+// on the CPU, and as the host's draw from the whole row.
+TEST(CudaModel, DeviceDrawEqualsTheCpu) {
+  auto cpu = Engine::open(kDemo);
+  EngineOptions o;
+  o.device = "cuda";
+  auto gpu = Engine::open(kDemo, o);
+  const int V = cpu->config().vocab_size;
+  std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  int32_t a = cpu->feed(prompt), b = gpu->feed(prompt);
+  ASSERT_EQ(a, b);
+  Rng rng(5);
+  std::vector<float> logits;
+  for (int i = 0; i < 40; ++i) {
+    const double u = rng.uniform();
+    const float T = i % 2 ? 0.8f : 1.2f, min_p = i % 3 ? 0.0f : 0.05f;
+    const int32_t prev = a;
+    a = cpu->step_draw(prev, T, min_p, u);
+    b = gpu->step_draw(prev, T, min_p, u);
+    gpu->read_logits(&logits);
+    ASSERT_EQ(int(logits.size()), V);
+    ASSERT_EQ(a, b) << "step " << i;
+    ASSERT_EQ(b, ref::draw_plain(logits.data(), V, T, min_p, u)) << "step " << i;
+  }
 }
 
 TEST(CudaModel, SameLogitsBytesAsTheCpu) {

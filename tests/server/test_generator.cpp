@@ -269,6 +269,33 @@ TEST(Generator, TopLogitsPathEqualsWholeRowPath) {
   }
 }
 
+TEST(Generator, DrawnOnTheBackendEqualsTheHostDraw) {
+  // Temperature alone: the generator has the engine draw (Engine::step_draw), one uniform per
+  // token; the host's Sampler::sample on each whole row, with the same seed, takes the same ids.
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  for (float min_p : {0.0f, 0.1f}) {
+    auto req = greedy_request("Love is", 40);
+    req.stop_at_eos = false;
+    req.sampling.temperature = 0.9f;
+    req.sampling.min_p = min_p;
+    req.sampling.seed = 21;
+    auto drawn = g.generate(req, {});
+    ASSERT_EQ(drawn.tokens.size(), 40u);
+    dq::Sampler s(req.sampling);
+    std::vector<float> logits;
+    d.engine->reset();
+    int32_t tok = d.engine->feed(req.prompt, &logits);
+    std::vector<int32_t> host;
+    for (int i = 0; i < 40; ++i) {
+      tok = s.sample(logits, {}, 0);
+      host.push_back(tok);
+      d.engine->step(tok, &logits);
+    }
+    EXPECT_EQ(drawn.tokens, host) << "min_p " << min_p;
+  }
+}
+
 TEST(Generator, APromptThatExtendsTheHistoryFeedsOnlyTheNewTokens) {
   // The next turn of a conversation: the last prompt, the answer, and more. The engine keeps its
   // state and feeds only the new tokens; the result is the same as from a fresh start.

@@ -363,4 +363,33 @@ inline void top_k_cases(std::vector<Target>& targets) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(ids.as<int32_t>()[i], want[size_t(i)]) << i;
 }
 
+// The plain temperature draw (op::SampleDraw): rows of many lengths (chunk and block edges),
+// temperatures, min-p and uniforms (0, the middle, next to 1); NaN and -inf inside; rows that
+// decline (-1: nothing above -inf, or +inf).
+inline void sample_draw_cases(std::vector<Target>& targets) {
+  Rig rig;
+  std::mt19937 rng(77);
+  std::normal_distribution<float> d(0.f, 3.f);
+  std::vector<std::vector<float>> rows = {{2.f}, {NAN, -INFINITY}, {1.f, INFINITY, 3.f}, {-INFINITY, 0.5f, NAN}};
+  for (int n : {31, 32, 33, 1023, 1024, 1025, 5000, 248320}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = d(rng);
+    x[size_t(n / 3)] = NAN;
+    x[size_t(n / 2)] = -INFINITY;
+    rows.push_back(x);
+  }
+  for (const auto& x : rows) {
+    const int n = int(x.size());
+    Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")};
+    for (float T : {0.3f, 1.0f, 2.5f})
+      for (float min_p : {0.0f, 0.05f})
+        for (double u : {0.0, 0.5, 0.999999999, std::uniform_real_distribution<double>(0, 1)(rng)}) {
+          check(rig, targets, {rig.zeros(4), rig.zeros(4)}, [&](Target& g, const std::vector<Ref>& o) {
+            return Op(op::SampleDraw{g.map(xr), n, T, min_p, u, o[0], o[1]});
+          }, "sample_draw n=" + std::to_string(n) + " T=" + std::to_string(T) + " min_p=" + std::to_string(min_p) +
+                 " u=" + std::to_string(u));
+        }
+  }
+}
+
 }  // namespace parity

@@ -1,5 +1,6 @@
 // Every op on every CPU kernel set (generic, AVX2, AVX-512: whichever this CPU runs) with 1, 2
 // and 3 threads, against the scalar reference: bit-identical results (the numerics contract).
+#include "ops/reference.h"
 #include "parity_cases.h"
 
 using namespace dq;
@@ -57,6 +58,59 @@ TEST(OpsParity, ArgmaxTiesTakeTheLowestIndex) {
 TEST(OpsParity, TopKOrdersByValueThenIndex) {
   auto t = cpu_targets();
   top_k_cases(t);
+}
+TEST(OpsParity, SampleDraw) {
+  auto t = cpu_targets();
+  sample_draw_cases(t);
+}
+// The draw follows the softmax: over many uniforms, each id's share of the draws is its
+// probability (double precision), and the declining rows give -1.
+TEST(OpsParity, SampleDrawFollowsTheSoftmax) {
+  std::vector<float> x = {1.0f, -0.5f, 2.0f, NAN, 0.25f, -INFINITY, 1.5f};
+  for (int i = 0; i < 100; ++i) x.push_back(-3.0f + 0.01f * i);  // a second chunk, small weights
+  const int n = int(x.size());
+  for (float T : {0.7f, 1.3f})
+    for (float min_p : {0.0f, 0.2f}) {
+      std::vector<double> p(size_t(n), 0.0);
+      double z = 0;
+      for (int i = 0; i < n; ++i) {
+        const double w = x[i] > -INFINITY ? std::exp((double(x[i]) - 2.0) / T) : 0.0;
+        p[size_t(i)] = min_p > 0 && w < min_p ? 0.0 : w;
+        z += p[size_t(i)];
+      }
+      const int draws = 200000;
+      std::vector<int> count(size_t(n), 0);
+      for (int k = 0; k < draws; ++k) {
+        const int id = ref::draw_plain(x.data(), n, T, min_p, (k + 0.5) / draws);  // stratified uniforms
+        ASSERT_GE(id, 0);
+        ++count[size_t(id)];
+      }
+      for (int i = 0; i < n; ++i) EXPECT_NEAR(count[size_t(i)] / double(draws), p[size_t(i)] / z, 2e-5) << i << " T " << T;
+    }
+  const float none[3] = {NAN, -INFINITY, NAN}, inf[3] = {1.0f, INFINITY, 2.0f};
+  EXPECT_EQ(ref::draw_plain(none, 3, 1.0f, 0.0f, 0.3), -1);
+  EXPECT_EQ(ref::draw_plain(inf, 3, 1.0f, 0.0f, 0.3), -1);
+}
+TEST(OpsParity, SampleDrawRejectsBadParameters) {
+  Rig rig;
+  std::vector<float> x(10, 1.0f);
+  Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")}, out = rig.zeros(4);
+  struct Bad {
+    int n;
+    float T, min_p;
+    double u;
+    const char* what;
+  };
+  for (Bad b : {Bad{0, 1, 0, 0.5, "empty row"}, Bad{10, 0, 0, 0.5, "temperature"}, Bad{10, INFINITY, 0, 0.5, "temperature"},
+                Bad{10, 1, 1.5f, 0.5, "min_p"}, Bad{10, 1, 0, 1.0, "u 1"}, Bad{10, 1, 0, -0.1, "u -0.1"}}) {
+    rig.ref_q->go(op::SampleDraw{xr, b.n, b.T, b.min_p, b.u, out, Ref{}});
+    try {
+      rig.ref_q->wait();
+      ADD_FAILURE() << b.what << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(b.what), std::string::npos) << e.what();
+    }
+  }
 }
 TEST(OpsParity, TopKRejectsAnOutOfRangeK) {
   Rig rig;

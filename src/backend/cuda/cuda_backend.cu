@@ -95,6 +95,7 @@ class CudaQueue : public Queue {
     cudaFreeHost(err_host_);
     cudaFree(argmax_key_);
     if (topk_scratch_) cudaFree(topk_scratch_);
+    if (draw_scratch_) cudaFree(draw_scratch_);
     cudaStreamDestroy(stream_);
   }
 
@@ -284,6 +285,20 @@ class CudaQueue : public Queue {
     }
     launch_top_k(o.x.as<float>(), o.n, o.k, o.ids.as<int32_t>(), o.vals.as<float>(), topk_scratch_, stream_);
   }
+  void launch_one(const op::SampleDraw& o) {
+    ref::check_sample_draw(o);
+    const size_t bytes = sample_draw_scratch_bytes(o.n, num_sms_);
+    if (bytes > draw_bytes_) {  // grow the scratch (nothing in flight may use the old one)
+      DQ_CHECK(!capture_, "sample_draw: its first use (scratch allocation) cannot be inside a graph capture");
+      DQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (draw_scratch_) cudaFree(draw_scratch_);
+      draw_scratch_ = nullptr;
+      DQ_CUDA_CHECK(cudaMalloc(&draw_scratch_, bytes));
+      draw_bytes_ = bytes;
+    }
+    launch_sample_draw(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u, o.out.as<int32_t>(),
+                       o.out2 ? o.out2.as<int32_t>() : nullptr, draw_scratch_, num_sms_, stream_);
+  }
   void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
   void launch_one(const op::Zero& o) { DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_)); }
   void launch_one(const op::Write& o) {
@@ -336,6 +351,8 @@ class CudaQueue : public Queue {
   DeviceError* err_host_ = nullptr;
   unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
+  void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums
+  size_t draw_bytes_ = 0;
   size_t topk_keys_ = 0;
   WaitTrace trace_;
   cudaEvent_t ev_start_, ev_end_;

@@ -84,4 +84,9 @@ size_t top_k_scratch_keys(int n, int k);
 void launch_top_k(const float* x, int n, int k, int32_t* ids, float* vals, unsigned long long* scratch,
                   cudaStream_t s);
 
+// op::SampleDraw (sample.cu); scratch holds sample_draw_scratch_bytes(n, num_sms) bytes.
+size_t sample_draw_scratch_bytes(int n, int num_sms);
+void launch_sample_draw(const float* x, int n, float T, float min_p, double u, int32_t* out, int32_t* out2,
+                        void* scratch, int num_sms, cudaStream_t s);
+
 }  // namespace dq::cuda
