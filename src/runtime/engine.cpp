@@ -155,19 +155,14 @@ int32_t Engine::step_greedy() {
 void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals) {
   const int V = config().vocab_size;
   if (n < 1 || n > op::TopK::kMax || n > V) fail("step_top: n = {} must be in [1, {}]", n, std::min(op::TopK::kMax, V));
-  const int32_t one[1] = {token};
-  check_ids(one);
-  write_tokens(act1_, one);
   if (!top_ids_) {
     top_ids_ = be_->alloc(op::TopK::kMax * 4, "top_ids");
     top_vals_ = be_->alloc(op::TopK::kMax * 4, "top_vals");
   }
-  if (step_graph_) q_->replay(*step_graph_);
-  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
   ids->resize(size_t(n));
   vals->resize(size_t(n));
   int32_t next = 0;
-  q_->go(op::Read{act1_.next.buf, 0, 4, &next});
+  issue_step(token, &next);
   q_->go(op::TopK{act1_.logits, V, n, Ref{top_ids_}, Ref{top_vals_}});
   q_->go(op::Read{top_ids_, 0, size_t(n) * 4, ids->data()});
   q_->go(op::Read{top_vals_, 0, size_t(n) * 4, vals->data()});
@@ -176,19 +171,23 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
 }
 
 int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double u) {
-  const int32_t one[1] = {token};
-  check_ids(one);
-  write_tokens(act1_, one);
   if (!drawn_) drawn_ = be_->alloc(4, "drawn");
-  if (step_graph_) q_->replay(*step_graph_);
-  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
   int32_t next = 0, id = -1;
-  q_->go(op::Read{act1_.next.buf, 0, 4, &next});
+  issue_step(token, &next);
   q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, Ref{}});
   q_->go(op::Read{drawn_, 0, 4, &id});
   wait_fed(std::span<const int32_t>(&token, 1));
   last_next_ = next;
   return id;
+}
+
+void Engine::issue_step(int32_t token, int32_t* next) {
+  const int32_t one[1] = {token};
+  check_ids(one);
+  write_tokens(act1_, one);
+  if (step_graph_) q_->replay(*step_graph_);
+  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+  q_->go(op::Read{act1_.next.buf, 0, 4, next});
 }
 
 void Engine::read_logits(std::vector<float>* logits) {

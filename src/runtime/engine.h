@@ -72,6 +72,8 @@ class Engine {
   Engine(Checkpoint ck) : ck_(std::move(ck)) {}
   void check_ids(std::span<const int32_t> ids) const;
   int32_t run_step(std::vector<float>* logits, int32_t token);
+  // Writes `token` as the step's input, issues the step and the read of its argmax into *next.
+  void issue_step(int32_t token, int32_t* next);
   // Waits for the stage that fed `fed` at position() (the state then holds them).
   void wait_fed(std::span<const int32_t> fed);
   void write_tokens(const Activations& a, std::span<const int32_t> ids);
