@@ -8,8 +8,10 @@
 // scales from memory, no epilogue). Compare with deltaq-bench-matvec's in-cache figure.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <vector>
 
@@ -85,7 +87,9 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) float run_vnni(const uin
 
 template <int R, bool PERMUTE = false, bool VNNI = false>
 void measure() {
-  const int blocks = 64, reps = 20000;
+  // Q4MIX_BLOCKS: blocks of weights cycled through (64: in L1; 2048 x 4 rows: L2; 32768: L3).
+  static const int blocks = std::max(1, std::getenv("Q4MIX_BLOCKS") ? std::atoi(std::getenv("Q4MIX_BLOCKS")) : 64);
+  const int reps = 20000 * 64 / blocks;
   std::vector<uint32_t> W(size_t(blocks) * R * 16);
   for (size_t i = 0; i < W.size(); ++i) W[i] = uint32_t(i * 2654435761u);
   std::vector<float> X(16 * 128, 1e-3f);
