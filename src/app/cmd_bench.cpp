@@ -39,9 +39,10 @@ Command add_bench(CLI::App& app) {
             double s = std::chrono::duration<double>(clk::now() - t0).count();
             const int end_pos = e->position();
             const size_t rss = peak_rss_bytes();
-            // Sampled decoding (temperature 0.7, top_p 0.9): with the whole logits row read back and
-            // sampled on the host, and with top_k 20, where only the top 21 logits come back (op::TopK);
-            // temperature 0.7 alone: drawn on the backend (op::SampleDraw), only the id comes back.
+            // Sampled decoding as the generator does it: temperature 0.7, top_p 0.9 (the top 256 logits
+            // and the row's weight sum come back; the whole row too when the top_p mass is wider, as
+            // it always is with random weights); with top_k 20 too (only the top 21 logits come back,
+            // op::TopK); temperature 0.7 alone (drawn on the backend, op::SampleDraw: only the id).
             const int n_sampled = std::min(*tokens, 200);
             auto time_sampled = [&](int top_k, float top_p) {
               SamplingParams sp;
@@ -63,6 +64,12 @@ Command add_bench(CLI::App& app) {
                     e->read_logits(&logits);
                     tok = sampler.sample_declined(logits, u);
                   }
+                } else if (const int need = sampler.top_p_needed(); need && need <= c.vocab_size) {
+                  double total = 0;
+                  e->step_top(tok, need, &top_ids, &top_vals, &total, sp.temperature);
+                  auto t = sampler.sample_top_p(top_ids, top_vals, total);
+                  if (!t) e->read_logits(&logits);
+                  tok = t ? *t : sampler.sample(logits, {}, 0);
                 } else if (const int need = sampler.top_needed()) {
                   e->step_top(tok, need, &top_ids, &top_vals);
                   auto t = sampler.sample_top(top_ids, top_vals);
@@ -84,7 +91,8 @@ Command add_bench(CLI::App& app) {
             std::printf("prefill      %d tokens in %.3f s: %.1f tok/s\n", *prompt, prefill_s, *prompt / prefill_s);
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, end_pos);
-            std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (whole logits row to the host); "
+            std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (top 256 logits and the weight sum; "
+                        "the whole row when the top_p mass is wider); "
                         "%.2f tok/s with top_k 20 too (top 21 logits from the backend); %.2f tok/s with T 0.7 alone "
                         "(drawn on the backend)\n",
                         n_sampled, tps_row, tps_top, tps_draw);

@@ -139,14 +139,16 @@ struct TopK {
 
 // The plain temperature draw of numerics.h (draw_weight ... draw_walk) over x[0..n) with the
 // uniform u: out[0] = the id, or -1 when the row has no number above -inf or its largest is +inf
-// (the caller samples those on the host). out2, when set, receives the id too (the next input).
+// (the caller samples those on the host). out2, when set, receives the id too (the next input);
+// total, when set, the weights' sum Z (what top-p sampling measures its mass against).
 struct SampleDraw {
   Ref x;  // f32 [n]
   int n = 0;
   float temperature = 1.0f, min_p = 0.0f;
   double u = 0.0;
-  Ref out;  // i32 [1]
-  Ref out2;
+  Ref out;    // i32 [1], or unset
+  Ref out2;   // i32 [1], or unset
+  Ref total;  // f64 [1], or unset
 };
 
 // pos[0] += delta (advances the sequence after a step).

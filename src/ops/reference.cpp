@@ -223,42 +223,68 @@ void check_sample_draw(const op::SampleDraw& o) {
   DQ_CHECK(o.u >= 0.0 && o.u < 1.0, "sample_draw: u {} must be in [0, 1)", o.u);
 }
 
-int32_t draw_plain(const float* x, int n, float temperature, float min_p, double u) {
+namespace {
+// The row's largest number (NaN skipped) and the chunk and block sums of numerics.h.
+struct DrawSums {
   float m = -INFINITY;
+  std::vector<double> chunk, block;
+  double Z = 0.0;
+};
+DrawSums draw_sums(const float* x, int n, float temperature, float min_p) {
+  DrawSums d;
   for (int i = 0; i < n; ++i)
-    if (x[i] > m) m = x[i];  // NaN compares false
-  if (m == -INFINITY || m == INFINITY) return -1;
+    if (x[i] > d.m) d.m = x[i];  // NaN compares false
+  if (d.m == -INFINITY || d.m == INFINITY) return d;
   const int C = num::kDrawChunk, B = C * num::kDrawChunks;
   const int nchunks = (n + C - 1) / C, nblocks = (n + B - 1) / B;
-  std::vector<double> chunk(size_t(nblocks) * num::kDrawChunks, 0.0), block(size_t(nblocks), 0.0);
+  d.chunk.assign(size_t(nblocks) * num::kDrawChunks, 0.0);
+  d.block.assign(size_t(nblocks), 0.0);
   for (int c = 0; c < nchunks; ++c) {
     double s = 0.0;
-    for (int i = c * C; i < std::min(n, (c + 1) * C); ++i) s += double(num::draw_weight(x[i], m, temperature, min_p));
-    chunk[size_t(c)] = s;
+    for (int i = c * C; i < std::min(n, (c + 1) * C); ++i) s += double(num::draw_weight(x[i], d.m, temperature, min_p));
+    d.chunk[size_t(c)] = s;
   }
-  double Z = 0.0;
   for (int b = 0; b < nblocks; ++b) {
     double s = 0.0;
-    for (int c = 0; c < num::kDrawChunks; ++c) s += chunk[size_t(b) * num::kDrawChunks + c];
-    block[size_t(b)] = s;
-    Z += s;
+    for (int c = 0; c < num::kDrawChunks; ++c) s += d.chunk[size_t(b) * num::kDrawChunks + c];
+    d.block[size_t(b)] = s;
+    d.Z += s;
   }
-  const double t = u * Z;
+  return d;
+}
+}  // namespace
+
+double draw_total(const float* x, int n, float temperature) {
+  const DrawSums d = draw_sums(x, n, temperature, 0.0f);
+  return d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
+}
+
+int32_t draw_plain(const float* x, int n, float temperature, float min_p, double u) {
+  DrawSums d = draw_sums(x, n, temperature, min_p);
+  if (d.m == -INFINITY || d.m == INFINITY) return -1;
+  const int C = num::kDrawChunk;
+  const double t = u * d.Z;
   double base = 0.0;
-  const int b = num::draw_walk(block.data(), nblocks, t, &base);
+  const int b = num::draw_walk(d.block.data(), int(d.block.size()), t, &base);
   if (b < 0) return -1;  // every weight is 0 (not reached: the top's weight is 1)
-  const int c = num::draw_walk(chunk.data() + size_t(b) * num::kDrawChunks, num::kDrawChunks, t, &base);
+  const int c = num::draw_walk(d.chunk.data() + size_t(b) * num::kDrawChunks, num::kDrawChunks, t, &base);
   const int c0 = (b * num::kDrawChunks + c) * C;
   double w[num::kDrawChunk] = {};
-  for (int i = c0; i < std::min(n, c0 + C); ++i) w[i - c0] = double(num::draw_weight(x[i], m, temperature, min_p));
+  for (int i = c0; i < std::min(n, c0 + C); ++i) w[i - c0] = double(num::draw_weight(x[i], d.m, temperature, min_p));
   return c0 + num::draw_walk(w, C, t, &base);
 }
 
 void run(const op::SampleDraw& o) {
   check_sample_draw(o);
-  const int32_t id = draw_plain(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u);
-  o.out.as<int32_t>()[0] = id;
-  if (o.out2) o.out2.as<int32_t>()[0] = id;
+  if (o.out || o.out2) {
+    const int32_t id = draw_plain(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u);
+    if (o.out) o.out.as<int32_t>()[0] = id;
+    if (o.out2) o.out2.as<int32_t>()[0] = id;
+  }
+  if (o.total) {
+    const DrawSums d = draw_sums(o.x.as<float>(), o.n, o.temperature, o.min_p);
+    o.total.as<double>()[0] = d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
+  }
 }
 
 void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }

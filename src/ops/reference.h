@@ -26,6 +26,8 @@ void run(const op::SampleDraw& o);
 void check_sample_draw(const op::SampleDraw& o);  // n, temperature, min_p and u in range, else dq::Error
 // The plain temperature draw (numerics.h) over x[0..n): the id, or -1 (no number above -inf, or +inf).
 int32_t draw_plain(const float* x, int n, float temperature, float min_p, double u);
+// Its weights' sum Z without min-p (what top-p measures its mass against); NaN when it declines.
+double draw_total(const float* x, int n, float temperature);
 void run(const op::AdvancePos& o);
 void run(const op::Zero& o);
 void run(const op::Write& o);

@@ -152,7 +152,8 @@ int32_t Engine::step_greedy() {
   return run_step(nullptr, last_next_);  // the device already holds it as the step's input
 }
 
-void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals) {
+void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals, double* total,
+                      float temperature) {
   const int V = config().vocab_size;
   if (n < 1 || n > op::TopK::kMax || n > V) fail("step_top: n = {} must be in [1, {}]", n, std::min(op::TopK::kMax, V));
   if (!top_ids_) {
@@ -166,6 +167,11 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
   q_->go(op::TopK{act1_.logits, V, n, Ref{top_ids_}, Ref{top_vals_}});
   q_->go(op::Read{top_ids_, 0, size_t(n) * 4, ids->data()});
   q_->go(op::Read{top_vals_, 0, size_t(n) * 4, vals->data()});
+  if (total) {
+    if (!total_) total_ = be_->alloc(8, "draw_total");
+    q_->go(op::SampleDraw{act1_.logits, V, temperature, 0.0f, 0.0, Ref{}, Ref{}, Ref{total_}});
+    q_->go(op::Read{total_, 0, 8, total});
+  }
   wait_fed(std::span<const int32_t>(&token, 1));
   last_next_ = next;
 }
@@ -174,7 +180,7 @@ int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double 
   if (!drawn_) drawn_ = be_->alloc(4, "drawn");
   int32_t next = 0, id = -1;
   issue_step(token, &next);
-  q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, Ref{}});
+  q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, Ref{}, Ref{}});
   q_->go(op::Read{drawn_, 0, 4, &id});
   wait_fed(std::span<const int32_t>(&token, 1));
   last_next_ = next;

@@ -58,8 +58,10 @@ class Engine {
   // One greedy decode step whose input is the previous argmax, already on the device.
   int32_t step_greedy();
   // One decode step that brings back only the n largest logits (op::TopK: ids and values,
-  // descending, ties by the lower id; n <= 256) instead of the whole row.
-  void step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals);
+  // descending, ties by the lower id; n <= 256) instead of the whole row; with `total`, also the
+  // row's weight sum at `temperature` (op::SampleDraw's total, for top-p).
+  void step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals, double* total = nullptr,
+                float temperature = 1.0f);
   // One decode step that draws the next token on the backend (op::SampleDraw: plain temperature
   // sampling with the uniform u); only the id comes back, or -1 when the draw declines.
   int32_t step_draw(int32_t token, float temperature, float min_p, double u);
@@ -88,7 +90,7 @@ class Engine {
   Activations act1_;  // decode step (its graph is recorded once)
   std::unique_ptr<Graph> step_graph_;
   Buffer top_ids_, top_vals_;  // op::TopK results of a step
-  Buffer drawn_;               // op::SampleDraw result of a step
+  Buffer drawn_, total_;       // op::SampleDraw results of a step
   int pos_ = 0;
   std::vector<int32_t> history_;  // tokens the state holds
   bool history_ok_ = true;        // false while (or after) a call that changes the state failed

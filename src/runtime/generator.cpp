@@ -172,6 +172,16 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
         engine_.read_logits(&logits);
         tok = seq.choose_declined(logits, u);
       }
+    } else if (const int need = seq.top_p_needed(); need && need <= engine_.config().vocab_size) {
+      // the top logits and the row's weight sum
+      double total = 0;
+      engine_.step_top(tok, need, &top_ids, &top_vals, &total, seq.sampling().temperature);
+      if (auto t = seq.choose_top_p(top_ids, top_vals, total)) {
+        tok = *t;
+      } else {
+        engine_.read_logits(&logits);
+        tok = seq.choose(logits);
+      }
     } else if (const int need = seq.top_needed()) {  // only the top logits come back
       engine_.step_top(tok, need, &top_ids, &top_vals);
       if (auto t = seq.choose_top(top_ids, top_vals)) {

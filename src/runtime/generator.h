@@ -81,6 +81,11 @@ class Sequence {
   std::optional<int32_t> choose_top(std::span<const int32_t> ids, std::span<const float> vals) {
     return sampler_.sample_top(ids, vals);
   }
+  // Top-p without top_k: the top logits and the row's weight sum (Sampler::top_p_needed).
+  int top_p_needed() const { return sampler_.top_p_needed(); }
+  std::optional<int32_t> choose_top_p(std::span<const int32_t> ids, std::span<const float> vals, double total) {
+    return sampler_.sample_top_p(ids, vals, total);
+  }
   // Plain temperature sampling, drawn by the engine (Sampler::plain): its uniform, and the choice
   // from the row when the engine's draw declines.
   bool plain() const { return sampler_.plain(); }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "ops/numerics.h"
 #include "ops/reference.h"
 
 namespace dq {
@@ -129,20 +130,27 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     sorted = true;
   }
 
-  const double T = p_.temperature;
+  const float T = p_.temperature;
+  auto weight = [&](int32_t id) { return double(num::draw_weight(x[id], m, T, 0.0f)); };
   w_.resize(cand_.size());
-  for (size_t i = 0; i < cand_.size(); ++i) w_[i] = std::exp((double(x[cand_[i]]) - double(m)) / T);
+  if (sorted)
+    for (size_t i = 0; i < cand_.size(); ++i) w_[i] = weight(cand_[i]);
 
   if (p_.top_p < 1) {
+    // The mass top_p measures against: over the top_k (in their order), or over the whole row in
+    // the draw's fixed chunks (ref::draw_total), which a backend computes too (op::SampleDraw).
     double z = 0;
-    for (double w : w_) z += w;
+    if (sorted)
+      for (double w : w_) z += w;
+    else
+      z = ref::draw_total(x.data(), V, T);
     const double target = double(p_.top_p) * z;
     // Sort a growing prefix until it holds the top_p mass (usually a few hundred ids of a large vocab).
     size_t n = cand_.size(), c = sorted ? n : std::min<size_t>(n, 256);
     for (;;) {
       if (!sorted) {
         std::partial_sort(cand_.begin(), cand_.begin() + c, cand_.end(), before);
-        for (size_t i = 0; i < c; ++i) w_[i] = std::exp((double(x[cand_[i]]) - double(m)) / T);
+        for (size_t i = 0; i < c; ++i) w_[i] = weight(cand_[i]);
       }
       double cum = 0;
       size_t keep = 0;
@@ -156,8 +164,32 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     }
   }
 
+  if (!sorted && !(p_.top_p < 1))  // top_k at least the candidates: every one, in id order
+    for (size_t i = 0; i < cand_.size(); ++i) w_[i] = weight(cand_[i]);
   cut_min_p();
   if (cand_.empty()) return argmax(x);
+  return draw();
+}
+
+std::optional<int32_t> Sampler::sample_top_p(std::span<const int32_t> ids, std::span<const float> vals, double total) {
+  const int k = top_p_needed();
+  if (k == 0 || ids.size() < size_t(k) || vals.size() < size_t(k) || !std::isfinite(vals[0]) || !(total > 0)) return std::nullopt;
+  // sample() sorts a prefix of the row (descending, ties by the lower id: op::TopK's order) until
+  // it holds top_p * total; decided here when that prefix lies within the top k, or when the row
+  // has fewer than k numbers (vals[k - 1] is not one), so that the prefix is all of them.
+  const float m = vals[0], T = p_.temperature;
+  const double target = double(p_.top_p) * total;
+  cand_.clear();
+  w_.clear();
+  double cum = 0;
+  for (int i = 0; i < k && cum < target && vals[size_t(i)] > -INFINITY; ++i) {
+    cand_.push_back(ids[size_t(i)]);
+    w_.push_back(double(num::draw_weight(vals[size_t(i)], m, T, 0.0f)));
+    cum += w_.back();
+  }
+  if (cum < target && vals[size_t(k - 1)] > -INFINITY) return std::nullopt;  // the prefix runs past the top k
+  cut_min_p();
+  if (cand_.empty()) return ids[0];
   return draw();
 }
 
@@ -204,13 +236,13 @@ std::optional<int32_t> Sampler::sample_top(std::span<const int32_t> ids, std::sp
   // finite; vals[k] > -inf shows the row has more than top_k numbers, so sample() truncates and
   // sorts: its candidates are the first k here, in the same order, with the same weights.
   if (!std::isfinite(vals[0]) || !(vals[size_t(k)] > -INFINITY)) return std::nullopt;
-  const double m = vals[0], T = p_.temperature;
+  const float m = vals[0], T = p_.temperature;
   cand_.clear();
   w_.clear();
   for (int i = 0; i < k; ++i)
     if (vals[size_t(i)] > -INFINITY) {
       cand_.push_back(ids[size_t(i)]);
-      w_.push_back(std::exp((double(vals[size_t(i)]) - m) / T));
+      w_.push_back(double(num::draw_weight(vals[size_t(i)], m, T, 0.0f)));
     }
   if (p_.top_p < 1) {
     double z = 0;

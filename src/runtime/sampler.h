@@ -9,6 +9,9 @@
 //      broken by the lower id, whose mass reaches top_p), then min_p (keep p >= min_p * p_max)
 //   5. one draw from the kept tokens in proportion to exp((logit - max) / temperature)
 //
+// The weights are fp32 by our exp (ops/numerics.h draw_weight), their sums doubles; top-p
+// without top-k measures against the row's sum in fixed chunks (ref::draw_total).
+//
 // Plain temperature sampling (no penalties, top-k or top-p; min-p allowed) draws from the whole
 // row by the numbers of ops/numerics.h (draw_weight, draw_walk: fp32 weights, double sums in fixed
 // chunks), which a backend computes itself (op::SampleDraw): then only the id leaves the device.
@@ -79,6 +82,14 @@ class Sampler {
   // them, at least top_needed() of each). nullopt when they do not decide it (the top value is
   // not a number or is infinite): then read the row and call sample().
   std::optional<int32_t> sample_top(std::span<const int32_t> ids, std::span<const float> vals);
+
+  // Top-p without top_k (and no penalties): the top logits (op::TopK, top_p_needed() of them)
+  // and the row's weight sum (op::SampleDraw's total) decide it when the top_p mass lies within
+  // them (a peaked distribution); nullopt otherwise: then read the row and call sample().
+  int top_p_needed() const {
+    return !p_.greedy() && !p_.has_penalties() && p_.top_k <= 0 && p_.top_p < 1 ? 256 : 0;
+  }
+  std::optional<int32_t> sample_top_p(std::span<const int32_t> ids, std::span<const float> vals, double total);
 
   // Plain temperature sampling (see above): the engine can draw it (op::SampleDraw) with
   // take_uniform()'s value; when that declines (-1: the row has no number, or +inf), sample_declined.

@@ -146,7 +146,8 @@ TEST(CudaQueue, GraphCaptureAndReplay) {
 }
 
 // Sampled decoding drawn on the device (Engine::step_draw, op::SampleDraw) takes the same ids as
-// on the CPU, and as the host's draw from the whole row.
+// on the CPU, and as the host's draw from the whole row; top-p's inputs (step_top with the
+// weight sum) are the same bytes.
 TEST(CudaModel, DeviceDrawEqualsTheCpu) {
   auto cpu = Engine::open(kDemo);
   EngineOptions o;
@@ -168,6 +169,21 @@ TEST(CudaModel, DeviceDrawEqualsTheCpu) {
     ASSERT_EQ(int(logits.size()), V);
     ASSERT_EQ(a, b) << "step " << i;
     ASSERT_EQ(b, ref::draw_plain(logits.data(), V, T, min_p, u)) << "step " << i;
+  }
+  // Top-p's inputs: the top 256 logits and the row's weight sum, the same bytes on both.
+  std::vector<int32_t> ia, ib;
+  std::vector<float> va, vb;
+  for (int i = 0; i < 10; ++i) {
+    double ta = 0, tb = 0;
+    cpu->step_top(a, 256, &ia, &va, &ta, 0.9f);
+    gpu->step_top(a, 256, &ib, &vb, &tb, 0.9f);
+    gpu->read_logits(&logits);
+    ASSERT_EQ(ia, ib) << "step " << i;
+    ASSERT_EQ(std::memcmp(va.data(), vb.data(), va.size() * 4), 0) << "step " << i;
+    ASSERT_EQ(std::memcmp(&ta, &tb, 8), 0) << "step " << i;
+    const double want = ref::draw_total(logits.data(), V, 0.9f);
+    ASSERT_EQ(std::memcmp(&tb, &want, 8), 0) << "step " << i;
+    a = ia[size_t(i % 3)];
   }
 }
 

@@ -296,6 +296,25 @@ TEST(Generator, DrawnOnTheBackendEqualsTheHostDraw) {
   }
 }
 
+TEST(Generator, TopPFromTheTopLogitsEqualsWholeRowPath) {
+  // Top-p without top_k: the generator brings back the top 256 logits and the row's weight sum
+  // (decided there when the top_p mass lies within them: the demo model is peaked); a penalty
+  // too small to change any float forces the whole-row path. Same seed: the same tokens.
+  auto& d = demo();
+  dq::Generator g(*d.engine, d.text);
+  for (float top_p : {0.5f, 0.9f, 0.99f}) {
+    auto req = greedy_request("Love is", 40);
+    req.stop_at_eos = false;
+    req.sampling.temperature = 0.9f;
+    req.sampling.top_p = top_p;
+    req.sampling.seed = 5;
+    auto top = g.generate(req, {});
+    req.sampling.presence_penalty = 1e-30f;
+    auto row = g.generate(req, {});
+    EXPECT_EQ(top.tokens, row.tokens) << "top_p " << top_p;
+  }
+}
+
 TEST(Generator, APromptThatExtendsTheHistoryFeedsOnlyTheNewTokens) {
   // The next turn of a conversation: the last prompt, the answer, and more. The engine keeps its
   // state and feeds only the new tokens; the result is the same as from a fresh start.

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/reference.h"
 #include "runtime/sampler.h"
 
 using dq::Sampler;
@@ -310,5 +311,57 @@ TEST(Sampler, SampleTopEqualsSampleOrDeclines) {
     }
   }
   EXPECT_GT(decided, 300);
+  EXPECT_GT(declined, 30);
+}
+
+// Top-p without top_k from the top 256 logits and the row's weight sum (what the engine brings
+// back: op::TopK and op::SampleDraw's total): the same choice as sample() on the whole row, or a
+// decline when the top_p mass runs past the 256.
+TEST(Sampler, SampleTopPEqualsSampleOrDeclines) {
+  std::mt19937 gen(11);
+  int decided = 0, declined = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int V = 300 + int(gen() % 3000);
+    const float spread = 0.5f + float(trial % 5) * 2.0f;  // flat to peaked rows
+    std::normal_distribution<float> nd(0.0f, spread);
+    std::vector<float> x(static_cast<size_t>(V), 0.0f);
+    for (float& v : x) v = std::round(nd(gen) * 8.0f) / 8.0f;  // ties
+    if (trial % 7 == 1)
+      for (int i = 0; i < V; i += 5) x[size_t(i)] = NAN;
+    if (trial % 7 == 2)  // some rows keep fewer than 256 numbers: then the top 256 hold them all
+      for (int i = 0; i < V; i += 2) x[size_t(i)] = -INFINITY;
+    if (trial % 23 == 3) x[size_t(V / 3)] = INFINITY;
+    SamplingParams p;
+    p.temperature = 0.4f + float(trial % 4) * 0.3f;
+    p.top_p = 0.3f + float(trial % 6) * 0.12f;
+    p.min_p = trial % 4 == 0 ? 0.05f : 0.0f;
+    p.seed = uint64_t(trial);
+    Sampler a(p), b(p);
+    ASSERT_EQ(b.top_p_needed(), 256);
+    ASSERT_EQ(b.top_needed(), 0);
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t i, int32_t j) {
+      const bool fi = x[size_t(i)] > -INFINITY, fj = x[size_t(j)] > -INFINITY;
+      if (fi != fj) return fi;
+      return fi && x[size_t(i)] > x[size_t(j)];
+    });
+    std::vector<int32_t> ids(order.begin(), order.begin() + std::min(256, V));
+    std::vector<float> vals;
+    for (int32_t i : ids) vals.push_back(x[size_t(i)]);
+    const double total = dq::ref::draw_total(x.data(), V, p.temperature);
+    for (int step = 0; step < 3; ++step) {
+      const int32_t want = a.sample(x, {}, 0);
+      const auto got = b.sample_top_p(ids, vals, total);
+      if (!got) {
+        ++declined;
+        b.sample(x, {}, 0);
+        continue;
+      }
+      ++decided;
+      ASSERT_EQ(*got, want) << "trial " << trial << " step " << step;
+    }
+  }
+  EXPECT_GT(decided, 200);
   EXPECT_GT(declined, 30);
 }

@@ -366,7 +366,7 @@ inline void top_k_cases(std::vector<Target>& targets) {
 // The plain temperature draw (op::SampleDraw): rows of many lengths (chunk and block edges),
 // temperatures, min-p and uniforms (0, the middle, next to 1); NaN and -inf inside; rows that
 // decline (-1: nothing above -inf, or +inf).
-inline void sample_draw_cases(std::vector<Target>& targets) {
+inline void sample_draw_cases(std::vector<Target>& targets) {  // (also its total, the weight sum)
   Rig rig;
   std::mt19937 rng(77);
   std::normal_distribution<float> d(0.f, 3.f);
@@ -384,8 +384,8 @@ inline void sample_draw_cases(std::vector<Target>& targets) {
     for (float T : {0.3f, 1.0f, 2.5f})
       for (float min_p : {0.0f, 0.05f})
         for (double u : {0.0, 0.5, 0.999999999, std::uniform_real_distribution<double>(0, 1)(rng)}) {
-          check(rig, targets, {rig.zeros(4), rig.zeros(4)}, [&](Target& g, const std::vector<Ref>& o) {
-            return Op(op::SampleDraw{g.map(xr), n, T, min_p, u, o[0], o[1]});
+          check(rig, targets, {rig.zeros(4), rig.zeros(4), rig.zeros(8)}, [&](Target& g, const std::vector<Ref>& o) {
+            return Op(op::SampleDraw{g.map(xr), n, T, min_p, u, o[0], o[1], o[2]});
           }, "sample_draw n=" + std::to_string(n) + " T=" + std::to_string(T) + " min_p=" + std::to_string(min_p) +
                  " u=" + std::to_string(u));
         }

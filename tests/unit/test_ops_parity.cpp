@@ -103,7 +103,7 @@ TEST(OpsParity, SampleDrawRejectsBadParameters) {
   };
   for (Bad b : {Bad{0, 1, 0, 0.5, "empty row"}, Bad{10, 0, 0, 0.5, "temperature"}, Bad{10, INFINITY, 0, 0.5, "temperature"},
                 Bad{10, 1, 1.5f, 0.5, "min_p"}, Bad{10, 1, 0, 1.0, "u 1"}, Bad{10, 1, 0, -0.1, "u -0.1"}}) {
-    rig.ref_q->go(op::SampleDraw{xr, b.n, b.T, b.min_p, b.u, out, Ref{}});
+    rig.ref_q->go(op::SampleDraw{xr, b.n, b.T, b.min_p, b.u, out, Ref{}, Ref{}});
     try {
       rig.ref_q->wait();
       ADD_FAILURE() << b.what << " was accepted";

@@ -296,8 +296,9 @@ class CudaQueue : public Queue {
       DQ_CUDA_CHECK(cudaMalloc(&draw_scratch_, bytes));
       draw_bytes_ = bytes;
     }
-    launch_sample_draw(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u, o.out.as<int32_t>(),
-                       o.out2 ? o.out2.as<int32_t>() : nullptr, draw_scratch_, num_sms_, stream_);
+    launch_sample_draw(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u, o.out ? o.out.as<int32_t>() : nullptr,
+                       o.out2 ? o.out2.as<int32_t>() : nullptr, o.total ? o.total.as<double>() : nullptr, draw_scratch_,
+                       num_sms_, stream_);
   }
   void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
   void launch_one(const op::Zero& o) { DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_)); }

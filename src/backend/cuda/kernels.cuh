@@ -87,6 +87,6 @@ void launch_top_k(const float* x, int n, int k, int32_t* ids, float* vals, unsig
 // op::SampleDraw (sample.cu); scratch holds sample_draw_scratch_bytes(n, num_sms) bytes.
 size_t sample_draw_scratch_bytes(int n, int num_sms);
 void launch_sample_draw(const float* x, int n, float T, float min_p, double u, int32_t* out, int32_t* out2,
-                        void* scratch, int num_sms, cudaStream_t s);
+                        double* total, void* scratch, int num_sms, cudaStream_t s);
 
 }  // namespace dq::cuda

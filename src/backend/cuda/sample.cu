@@ -1,6 +1,6 @@
 // op::SampleDraw: the plain temperature draw of ops/numerics.h (draw_weight, draw_walk) over a
 // logits row, so that sampling with only a temperature (and min-p) brings back one id, not the
-// row. Three kernels: the row's largest number (per-block maxima; max is order-free), the chunk
+// row; and the weights' sum Z, which top-p sampling needs beside the top logits (op::TopK). Three kernels: the row's largest number (per-block maxima; max is order-free), the chunk
 // and block sums (one warp per block of 32 chunks: lane c sums chunk c in id order, lane 0 the
 // chunk sums in order), and the walk (one thread, the same sequential doubles as the reference).
 #include "backend/cuda/kernels.cuh"
@@ -58,15 +58,19 @@ __global__ void __launch_bounds__(32) chunk_sums_kernel(const float* x, int n, f
 }
 
 __global__ void draw_kernel(const float* x, int n, float T, float min_p, double u, const float* part, int nparts,
-                            const double* chunk, const double* block, int nblocks, int32_t* out, int32_t* out2) {
+                            const double* chunk, const double* block, int nblocks, int32_t* out, int32_t* out2,
+                            double* total) {
   pdl_trigger();
   pdl_wait();
   if (threadIdx.x != 0) return;
   const float m = parts_max(part, nparts);
+  const bool finite = m > -INFINITY && m < INFINITY;
+  double Z = 0.0;
+  for (int b = 0; b < nblocks; ++b) Z += block[b];
+  if (total) total[0] = finite ? Z : __longlong_as_double(0x7FF8000000000000ll);
+  if (!out && !out2) return;
   int32_t id = -1;
-  if (m > -INFINITY && m < INFINITY) {
-    double Z = 0.0;
-    for (int b = 0; b < nblocks; ++b) Z += block[b];
+  if (finite) {
     const double t = u * Z;
     double base = 0.0;
     const int b = num::draw_walk(block, nblocks, t, &base);
@@ -78,7 +82,7 @@ __global__ void draw_kernel(const float* x, int n, float T, float min_p, double 
       id = c0 + num::draw_walk(w, num::kDrawChunk, t, &base);
     }
   }
-  out[0] = id;
+  if (out) out[0] = id;
   if (out2) out2[0] = id;
 }
 
@@ -90,7 +94,7 @@ size_t sample_draw_scratch_bytes(int n, int num_sms) {
 }
 
 void launch_sample_draw(const float* x, int n, float T, float min_p, double u, int32_t* out, int32_t* out2,
-                        void* scratch, int num_sms, cudaStream_t s) {
+                        double* total, void* scratch, int num_sms, cudaStream_t s) {
   const int nblocks = (n + num::kDrawChunk * num::kDrawChunks - 1) / (num::kDrawChunk * num::kDrawChunks);
   const int nparts = std::max(1, std::min(num_sms, (n + kMaxThreads - 1) / kMaxThreads));
   auto* chunk = static_cast<double*>(scratch);
@@ -99,7 +103,7 @@ void launch_sample_draw(const float* x, int n, float T, float min_p, double u, i
   launch_kernel(row_max_kernel, nparts, kMaxThreads, 0, s, x, n, part);
   launch_kernel(chunk_sums_kernel, nblocks, 32, 0, s, x, n, T, min_p, static_cast<const float*>(part), nparts, chunk, block);
   launch_kernel(draw_kernel, 1, 32, 0, s, x, n, T, min_p, u, static_cast<const float*>(part), nparts,
-                static_cast<const double*>(chunk), static_cast<const double*>(block), nblocks, out, out2);
+                static_cast<const double*>(chunk), static_cast<const double*>(block), nblocks, out, out2, total);
 }
 
 }  // namespace dq::cuda
