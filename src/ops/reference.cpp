@@ -252,15 +252,8 @@ DrawSums draw_sums(const float* x, int n, float temperature, float min_p) {
   }
   return d;
 }
-}  // namespace
-
-double draw_total(const float* x, int n, float temperature) {
-  const DrawSums d = draw_sums(x, n, temperature, 0.0f);
-  return d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
-}
-
-int32_t draw_plain(const float* x, int n, float temperature, float min_p, double u) {
-  DrawSums d = draw_sums(x, n, temperature, min_p);
+// The walk of numerics.h over the sums: the id, or -1.
+int32_t draw_walk_row(const DrawSums& d, const float* x, int n, float temperature, float min_p, double u) {
   if (d.m == -INFINITY || d.m == INFINITY) return -1;
   const int C = num::kDrawChunk;
   const double t = u * d.Z;
@@ -274,17 +267,27 @@ int32_t draw_plain(const float* x, int n, float temperature, float min_p, double
   return c0 + num::draw_walk(w, C, t, &base);
 }
 
+}  // namespace
+
+double draw_total(const float* x, int n, float temperature) {
+  const DrawSums d = draw_sums(x, n, temperature, 0.0f);
+  return d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
+}
+
+int32_t draw_plain(const float* x, int n, float temperature, float min_p, double u) {
+  return draw_walk_row(draw_sums(x, n, temperature, min_p), x, n, temperature, min_p, u);
+}
+
 void run(const op::SampleDraw& o) {
   check_sample_draw(o);
+  const float* x = o.x.as<float>();
+  const DrawSums d = draw_sums(x, o.n, o.temperature, o.min_p);
   if (o.out || o.out2) {
-    const int32_t id = draw_plain(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u);
+    const int32_t id = draw_walk_row(d, x, o.n, o.temperature, o.min_p, o.u);
     if (o.out) o.out.as<int32_t>()[0] = id;
     if (o.out2) o.out2.as<int32_t>()[0] = id;
   }
-  if (o.total) {
-    const DrawSums d = draw_sums(o.x.as<float>(), o.n, o.temperature, o.min_p);
-    o.total.as<double>()[0] = d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
-  }
+  if (o.total) o.total.as<double>()[0] = d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
 }
 
 void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }
