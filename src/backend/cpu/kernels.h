@@ -22,9 +22,8 @@ struct KernelSet {
   bool (*handles)(const Matrix& m);
   // Floats of a prepared x for this matrix (>= m.cols).
   size_t (*prepared_size)(const Matrix& m);
-  // Writes x in the layout rows() reads. Returns false when this x cannot take the fast path
-  // bit-exactly (then the generic set runs the product).
-  bool (*prepare)(const Matrix& m, const float* x, float* xp);
+  // Writes x in the layout rows() reads (every x: the layouts carry it exactly).
+  void (*prepare)(const Matrix& m, const float* x, float* xp);
   // y_t[r] = W[r].x_t, or y_t[r] += W[r].x_t when add, for r in [r0, r1).
   void (*rows)(const MatTask& t, int r0, int r1, bool add);
   // out_t[r] = silu(Wg[r].x_t) * (Wu[r].x_t); gate and up share x, xg and layout.

@@ -53,12 +53,12 @@ bool handles(const Matrix& m) {
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
 // Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs (unit_limbs.h);
-// zero past the row. BF16: xp[b][k][m] = x[8(16b + m) + k]; zero past the row. Always exact.
-bool prepare(const Matrix& m, const float* x, float* xp) {
+// zero past the row. BF16: xp[b][k][m] = x[8(16b + m) + k]; zero past the row.
+void prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
   if (m.format == WFormat::Affine) {
     prepare_unit_limbs(x, U, kBlockUnits, kBlockFloats, prepared_size(m), xp);
-    return true;
+    return;
   }
   for (int b = 0; b < NB; ++b)
     for (int k = 0; k < 8; ++k)
@@ -66,7 +66,6 @@ bool prepare(const Matrix& m, const float* x, float* xp) {
         int u = b * kBlockUnits + l;
         xp[size_t(b) * kBlockFloats + k * kBlockUnits + l] = u < U ? x[8 * u + k] : 0.0f;
       }
-  return true;
 }
 
 DQ_AVX512 inline float butterfly(__m512 lo, __m512 hi) {

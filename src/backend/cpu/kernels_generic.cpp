@@ -24,11 +24,10 @@ size_t units_floats(const Matrix& m) { return is_q4(m) ? size_t(m.cols / 8) * kU
 
 size_t prepared_size(const Matrix& m) { return units_floats(m) + size_t(m.cols); }
 
-bool prepare(const Matrix& m, const float* x, float* xp) {
+void prepare(const Matrix& m, const float* x, float* xp) {
   if (is_q4(m))
     for (int u = 0; u < m.cols / 8; ++u) new (xp + size_t(u) * kUnitFloats) num::UnitInts(num::quantize_unit(x + 8 * u));
   std::memcpy(xp + units_floats(m), x, sizeof(float) * m.cols);
-  return true;
 }
 
 // Row r of m against x prepared for matrix `prep` (the same matrix, or SwiGLU's gate).

@@ -144,7 +144,6 @@ class FastRunner : public CpuRunner {
     for (int i = 0; i < n_prep_; ++i)
       if (prep_[i].ks == ks && prep_[i].format == m.format && prep_[i].bits == m.bits && prep_[i].gs == gs)
         return prep_[i];
-    bool ok = true;
     Prepared& p = prep_[n_prep_++];
     p.ks = ks;
     p.format = m.format;
@@ -152,13 +151,7 @@ class FastRunner : public CpuRunner {
     p.gs = gs;
     p.stride = ks->prepared_size(m);
     p.x.resize(size_t(T) * p.stride);
-    for (int t = 0; t < T; ++t) ok = ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * p.stride) && ok;
-    if (!ok) {  // an input the SIMD layout cannot carry exactly: run this product generically
-      p.ks = cpu::generic_kernels();
-      p.stride = p.ks->prepared_size(m);
-      p.x.resize(size_t(T) * p.stride);
-      for (int t = 0; t < T; ++t) p.ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * p.stride);
-    }
+    for (int t = 0; t < T; ++t) ks->prepare(m, xn + size_t(t) * K, p.x.data() + size_t(t) * p.stride);
     if (gs) {
       p.xg.resize(size_t(T) * (K / gs));
       for (int t = 0; t < T; ++t) num::group_sums(xn + size_t(t) * K, K, gs, p.xg.data() + size_t(t) * (K / gs));
