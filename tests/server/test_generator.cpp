@@ -54,6 +54,15 @@ dq::GenerateRequest greedy_request(const std::string& prompt, int max_tokens) {
   return r;
 }
 
+// 40 sampled tokens of "Love is" at temperature 0.9 with a seed, never stopped early.
+dq::GenerateRequest sampled_request(uint64_t seed) {
+  auto r = greedy_request("Love is", 40);
+  r.stop_at_eos = false;
+  r.sampling.temperature = 0.9f;
+  r.sampling.seed = seed;
+  return r;
+}
+
 // The plain loop: feed, then step_greedy.
 std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int n) {
   auto& e = *demo().engine;
@@ -256,12 +265,9 @@ TEST(Generator, TopLogitsPathEqualsWholeRowPath) {
   auto& d = demo();
   dq::Generator g(*d.engine, d.text);
   for (uint64_t seed : {7u, 8u, 9u}) {
-    auto req = greedy_request("Love is", 40);
-    req.stop_at_eos = false;
-    req.sampling.temperature = 0.9f;
+    auto req = sampled_request(seed);
     req.sampling.top_k = 20;
     req.sampling.top_p = 0.9f;
-    req.sampling.seed = seed;
     auto top = g.generate(req, {});
     req.sampling.presence_penalty = 1e-30f;
     auto row = g.generate(req, {});
@@ -275,11 +281,8 @@ TEST(Generator, DrawnOnTheBackendEqualsTheHostDraw) {
   auto& d = demo();
   dq::Generator g(*d.engine, d.text);
   for (float min_p : {0.0f, 0.1f}) {
-    auto req = greedy_request("Love is", 40);
-    req.stop_at_eos = false;
-    req.sampling.temperature = 0.9f;
+    auto req = sampled_request(21);
     req.sampling.min_p = min_p;
-    req.sampling.seed = 21;
     auto drawn = g.generate(req, {});
     ASSERT_EQ(drawn.tokens.size(), 40u);
     dq::Sampler s(req.sampling);
@@ -303,11 +306,8 @@ TEST(Generator, TopPFromTheTopLogitsEqualsWholeRowPath) {
   auto& d = demo();
   dq::Generator g(*d.engine, d.text);
   for (float top_p : {0.5f, 0.9f, 0.99f}) {
-    auto req = greedy_request("Love is", 40);
-    req.stop_at_eos = false;
-    req.sampling.temperature = 0.9f;
+    auto req = sampled_request(5);
     req.sampling.top_p = top_p;
-    req.sampling.seed = 5;
     auto top = g.generate(req, {});
     req.sampling.presence_penalty = 1e-30f;
     auto row = g.generate(req, {});
