@@ -41,6 +41,7 @@ TEST(CudaParity, LargeProject) {
 TEST(CudaParity, TallProject) {
   auto t = cuda_target();
   tall_project_cases(t);
+  decode_shape_cases(t);
 }
 TEST(CudaParity, MixedAndSwiGLU) {
   auto t = cuda_target();

@@ -212,6 +212,33 @@ inline void large_project_cases(std::vector<Target>& targets) {
   }
 }
 
+// The 2B decode's products at their real shapes (K = 2048 and 6144, bf16 scales, groups of
+// 64): the CUDA resident kernel's fast path, four rows at once (in-projections: ~62 rows per
+// block) and its pair loop (gate/up, down, out).
+inline void decode_shape_cases(std::vector<Target>& targets) {
+  Rig rig;
+  const int D = 2048, I = 6144;
+  Matrix qkv = rig.matrix(WFormat::Affine, I, D), z = rig.matrix(WFormat::Affine, D, D),
+         b = rig.matrix(WFormat::Affine, 16, D), a = rig.matrix(WFormat::Affine, 16, D);
+  Matrix gate = rig.matrix(WFormat::Affine, I, D), up = rig.matrix(WFormat::Affine, I, D),
+         down = rig.matrix(WFormat::Affine, D, I), out = rig.matrix(WFormat::Affine, D, D);
+  Ref x = rig.inputs(D), xi = rig.inputs(I), norm = rig.floats(D);
+  std::vector<Ref> ys = {rig.zeros(size_t(I) * 4), rig.zeros(size_t(D) * 4), rig.zeros(16 * 4), rig.zeros(16 * 4)};
+  check(rig, targets, ys, [&](Target& g, const std::vector<Ref>& o) {
+    return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map(qkv), g.map(z), g.map(b), g.map(a)},
+                          {o[0], o[1], o[2], o[3]}, 4, 1});
+  }, "decode in-projections");
+  check(rig, targets, {rig.zeros(size_t(I) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+    return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map(gate), g.map(up), o[0], 1});
+  }, "decode gate/up");
+  check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
+    return Op(op::ProjectAdd{g.map(xi), g.map(down), o[0], 1});
+  }, "decode down");
+  check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
+    return Op(op::ProjectAdd{g.map(x), g.map(out), o[0], 1});
+  }, "decode out");
+}
+
 // Tall 4-bit products (the CUDA output-head kernel takes 32768 rows and more, K <= 2048): group
 // sizes 32/64/128, with and without the fused norm, one and two tokens.
 inline void tall_project_cases(std::vector<Target>& targets) {
@@ -268,7 +295,10 @@ inline void gdn_cases(std::vector<Target>& targets) {
   struct D {
     int hk, hv, dk, dv;
   };
-  for (D d : {D{2, 4, 32, 32}, D{1, 1, 8, 16}, D{4, 4, 64, 64}, D{2, 4, 128, 128}, D{3, 6, 24, 40}})
+  // Hk == Hv with 128-dim heads (the 2B family): CUDA's fused kernel (T > 1) and its split
+  // decode kernel (T == 1), at 4 heads and at the 2B's 16.
+  for (D d : {D{2, 4, 32, 32}, D{1, 1, 8, 16}, D{4, 4, 64, 64}, D{2, 4, 128, 128}, D{3, 6, 24, 40}, D{4, 4, 128, 128},
+              D{16, 16, 128, 128}})
     for (int T : {1, 3, 7}) {
       GdnDims g{d.hk, d.hv, d.dk, d.dv, 4, 1e-6f};
       const int C = g.conv_channels(), VD = g.value_dim();

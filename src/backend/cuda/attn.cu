@@ -9,6 +9,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 // x[0..hd) = rmsnorm(src) * w, then rotary on the first `rot` dims (numerics.h rope), in smem.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <type_traits>
 #include <vector>
 
@@ -84,16 +85,20 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaMallocHost(&err_host_, sizeof(DeviceError)));
     DQ_CUDA_CHECK(cudaMalloc(&argmax_key_, sizeof(unsigned long long)));
     DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
+    DQ_CUDA_CHECK(cudaMalloc(&gdn_counters_, kGdnCounterSlots * sizeof(unsigned)));
+    DQ_CUDA_CHECK(cudaMemset(gdn_counters_, 0, kGdnCounterSlots * sizeof(unsigned)));  // each GDN step leaves them 0
     const char* p = std::getenv("DELTAQ_PROFILE");
     profile_ = p && *p && std::strcmp(p, "0") != 0;
   }
   ~CudaQueue() override {
     cudaStreamSynchronize(stream_);
     if (profile_) print_profile();
+    timeline_dump();
     cudaEventDestroy(ev_start_);
     cudaEventDestroy(ev_end_);
     cudaFreeHost(err_host_);
     cudaFree(argmax_key_);
+    cudaFree(gdn_counters_);
     if (topk_scratch_) cudaFree(topk_scratch_);
     if (draw_scratch_) cudaFree(draw_scratch_);
     cudaStreamDestroy(stream_);
@@ -123,6 +128,7 @@ class CudaQueue : public Queue {
 
   void replay(const Graph& g) override {
     begin_stage();
+    stage_replayed_ = true;
     const auto& cg = static_cast<const CudaGraph&>(g);
     DQ_CUDA_CHECK(cudaGraphLaunch(cg.exec, stream_));
     n_ops_ += cg.n_ops();
@@ -132,6 +138,20 @@ class CudaQueue : public Queue {
     auto g = std::make_unique<CudaGraph>();
     DQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     capture_ = g.get();
+    // A graph starts on an idle stream: inside it, the first GDN op on each state reads early.
+    std::set<const void*> outside;
+    outside.swap(gdn_states_);
+    const bool outside_replayed = stage_replayed_;
+    stage_replayed_ = false;
+    struct Restore {
+      CudaQueue* q;
+      std::set<const void*>* outside;
+      bool replayed;
+      ~Restore() {
+        q->gdn_states_.swap(*outside);
+        q->stage_replayed_ = replayed;
+      }
+    } restore{this, &outside, outside_replayed};
     try {
       issue();
     } catch (...) {
@@ -151,6 +171,8 @@ class CudaQueue : public Queue {
     if (!in_stage_) return;
     DQ_CUDA_CHECK(cudaEventRecord(ev_end_, stream_));
     cudaError_t e = cudaStreamSynchronize(stream_);
+    gdn_states_.clear();
+    stage_replayed_ = false;
     float gpu_ms = 0;
     if (e == cudaSuccess) cudaEventElapsedTime(&gpu_ms, ev_start_, ev_end_);
     const double wall = std::chrono::duration<double, std::milli>(Clock::now() - wall_start_).count();
@@ -258,7 +280,10 @@ class CudaQueue : public Queue {
     GdnArgs a{o.d.n_k_heads, o.d.n_v_heads, o.d.k_dim, o.d.v_dim, o.d.conv_kernel, o.d.norm_eps,
               o.mixed.as<float>(), o.z.as<float>(), o.b.as<float>(), o.a.as<float>(), o.conv_w.as<float>(),
               o.A_neg.as<float>(), o.dt_bias.as<float>(), o.norm.as<float>(), o.conv_state.as<float>(),
-              o.S.as<float>(), o.out.as<float>(), o.conv_out.as<float>(), o.n_tokens};
+              o.S.as<float>(), o.out.as<float>(), o.conv_out.as<float>(), o.n_tokens, gdn_counters_};
+    // Early state reads: only the first GDN op on this state since the stream was last idle,
+    // and none after a graph replay in the same stage (whose kernels may still run).
+    a.early = !stage_replayed_ && gdn_states_.insert(a.S).second;
     launch_gdn(a, stream_);
   }
   void launch_one(const op::AttnCore& o) {
@@ -351,6 +376,9 @@ class CudaQueue : public Queue {
   DeviceError* err_dev_;
   DeviceError* err_host_ = nullptr;
   unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
+  unsigned* gdn_counters_ = nullptr;          // the split GDN kernel's per-head arrivals (same)
+  std::set<const void*> gdn_states_;          // GDN states launched since the stream was idle
+  bool stage_replayed_ = false;               // a graph was replayed since the last wait
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
   void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums
   size_t draw_bytes_ = 0;

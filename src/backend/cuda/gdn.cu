@@ -10,6 +10,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 __global__ void conv_kernel(GdnArgs a) {
@@ -224,6 +226,7 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
       for (int j = 0; j + 1 < KC - 1; ++j) st[c][j] = st[c][j + 1];
       st[c][KC - 2] = in[c];
     }
+    DQ_MARK();
     qn[v] = uc[0];
     kn[v] = uc[1];
     __syncthreads();
@@ -235,11 +238,14 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
     const float beta = num::sigmoid(bt);
     const float g = A_neg * num::softplus(at_ + dt_bias);
     const float alpha = num::exp(g);
+    DQ_MARK();
     ob[v] = delta_rule_column<DK>(col, kn, qn, alpha, beta, uc[2]);
     __syncthreads();
+    DQ_MARK();
     const float r = num::rms_inv(block_sum_squares(ob, DK, slot + 2), DK, a.eps);
     a.out[at] = ((ob[v] * r) * nw) * num::silu(zv);
     __syncthreads();
+    DQ_MARK();
   }
 #pragma unroll
   for (int i = 0; i < DK; ++i) Sg[i * DK + v] = col[i];
@@ -249,11 +255,190 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
     for (int j = 0; j < KC - 1; ++j) a.conv_state[size_t(j) * C + ch[c]] = st[c][j];
 }
 
+// Decode (one token) of the same shapes spread over SL blocks per head, one warp each: block
+// (hv, sl) owns state columns [sl * CW, (sl + 1) * CW), so the 1 MB of a layer's state moves
+// through 16 * SL SMs instead of 16. Every block convolves and normalises q and k of its head
+// itself (lane l owns channels l, l + 32, l + 64, l + 96: the canonical sum-of-squares order),
+// its CW lanes run the delta rule of their columns and store o before the gated RMSNorm; the
+// head's last block to arrive (a counter per head) normalises the head's 128 outputs in the
+// canonical order and resets the counter. Same arithmetic and order as fused_kernel.
+template <int KC, int SL, bool EARLY>
+__global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
+  constexpr int DK = 128, CW = DK / SL;
+  static_assert(CW <= 32 && DK % SL == 0, "one lane per column");
+  pdl_trigger();
+  __shared__ float qn[DK], kn[DK];
+  __shared__ __align__(16) float scol[DK][CW];  // the slice of S, copied in while the conv runs
+  const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = a.hv;
+  const int C = 3 * H * DK;
+  const int lane = threadIdx.x, c0 = sl * CW;
+  const bool owner = lane < CW;  // this lane runs column c0 + lane
+  float* Sg = a.S + size_t(hv) * DK * DK + c0;
+#pragma unroll
+  for (int i = 0; i < DK / 32; ++i)  // this block's slice of the state into L2: one segment per row
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(Sg + size_t(lane + 32 * i) * DK));
+  // Channels: q and k of lane's four positions, v of lane's column.
+  int chq[4], chk[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    chq[j] = hv * DK + lane + 32 * j;
+    chk[j] = H * DK + hv * DK + lane + 32 * j;
+  }
+  const int chv = 2 * H * DK + hv * DK + c0 + (owner ? lane : 0);
+  float wq[4][KC], wk[4][KC], wv[KC];
+#pragma unroll
+  for (int j = 0; j < KC; ++j) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      wq[p][j] = a.conv_w[size_t(chq[p]) * KC + j];
+      wk[p][j] = a.conv_w[size_t(chk[p]) * KC + j];
+    }
+    wv[j] = a.conv_w[size_t(chv) * KC + j];
+  }
+  const float A_neg = a.A_neg[hv], dt_bias = a.dt_bias[hv];
+  // EARLY (GdnArgs::early): nothing since the stream was idle writes S or the conv state, so
+  // both are read while the previous kernel still runs (2.3% faster decode on the H200).
+  if (!EARLY) pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
+  for (int e = lane; e < DK * CW / 4; e += 32) {
+    const int i = e / (CW / 4), part = e % (CW / 4);
+    async_copy16(&scol[i][4 * part], Sg + size_t(i) * DK + 4 * part);
+  }
+  async_commit();
+  float sq[4][KC - 1], sk[4][KC - 1], sv[KC - 1];
+#pragma unroll
+  for (int j = 0; j < KC - 1; ++j) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      sq[p][j] = a.conv_state[size_t(j) * C + chq[p]];
+      sk[p][j] = a.conv_state[size_t(j) * C + chk[p]];
+    }
+    sv[j] = a.conv_state[size_t(j) * C + chv];
+  }
+  if (EARLY) pdl_wait();
+  float inq[4], ink[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    inq[p] = a.mixed[chq[p]];
+    ink[p] = a.mixed[chk[p]];
+  }
+  const float inv = a.mixed[chv];
+  const float bt = a.b[hv], at_ = a.a[hv];
+  // The causal conv + SiLU (conv_kernel's order: chain over the state, then the input).
+  auto conv = [](const float* w, const float* st, float in) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < KC - 1; ++j) acc = fmaf(w[j], st[j], acc);
+    return num::silu(fmaf(w[KC - 1], in, acc));
+  };
+  float uq[4], uk[4];
+  float ssq = 0.0f, ssk = 0.0f;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    uq[p] = conv(wq[p], sq[p], inq[p]);
+    uk[p] = conv(wk[p], sk[p], ink[p]);
+    ssq = fmaf(uq[p], uq[p], ssq);
+    ssk = fmaf(uk[p], uk[p], ssk);
+  }
+  const float uv = conv(wv, sv, inv);
+  DQ_MARK();
+  const float rq = 1.0f / sqrtf(warp_butterfly(ssq) + 1e-6f);
+  const float rk = 1.0f / sqrtf(warp_butterfly(ssk) + 1e-6f);
+  const float scale = 1.0f / sqrtf(float(DK));
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    qn[lane + 32 * p] = (uq[p] * rq) * scale;
+    kn[lane + 32 * p] = uk[p] * rk;
+  }
+  // The conv state and u before the delta rule, so that nothing else is live beside the column.
+  if (owner) {
+    a.u[chv] = uv;
+#pragma unroll
+    for (int j = 0; j + 1 < KC - 1; ++j) a.conv_state[size_t(j) * C + chv] = sv[j + 1];
+    a.conv_state[size_t(KC - 2) * C + chv] = inv;
+  }
+  __syncwarp();
+  const float beta = num::sigmoid(bt);
+  const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
+  float* o_raw = a.out + size_t(hv) * DK;
+  async_wait_all();
+  __syncwarp();
+  DQ_MARK();
+  if (owner) {  // delta_rule_column's arithmetic, the column in shared memory
+    float m = 0.0f;
+#pragma unroll 16
+    for (int i = 0; i < DK; ++i) {
+      const float c = alpha * scol[i][lane];
+      scol[i][lane] = c;
+      m = fmaf(c, kn[i], m);
+    }
+    const float delta = beta * (uv - m);
+    float o = 0.0f;
+#pragma unroll 16
+    for (int i = 0; i < DK; ++i) {
+      const float c = fmaf(kn[i], delta, scol[i][lane]);
+      o = fmaf(c, qn[i], o);
+      Sg[size_t(i) * DK + lane] = c;
+    }
+    o_raw[c0 + lane] = o;
+  }
+  DQ_MARK();
+  // The head's last block applies the gated RMSNorm to all 128 outputs and keeps q's and k's
+  // conv state (every block has read it by then).
+  __threadfence();
+  __syncwarp();
+  unsigned arrived = 0;
+  if (lane == 0) arrived = atomicAdd(&a.counters[hv], 1u);
+  arrived = __shfl_sync(0xffffffffu, arrived, 0);
+  if (arrived != SL - 1) return;
+  __threadfence();
+  float ov[4], ss = 0.0f;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    ov[p] = __ldcg(o_raw + lane + 32 * p);
+    ss = fmaf(ov[p], ov[p], ss);
+  }
+  const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const int v = lane + 32 * p;
+    o_raw[v] = ((ov[p] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
+  }
+  {  // q and k: every block of the head computed them and has read their conv state: the last keeps them
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      a.u[chq[p]] = uq[p];
+      a.u[chk[p]] = uk[p];
+#pragma unroll
+      for (int j = 0; j + 1 < KC - 1; ++j) {
+        a.conv_state[size_t(j) * C + chq[p]] = sq[p][j + 1];
+        a.conv_state[size_t(j) * C + chk[p]] = sk[p][j + 1];
+      }
+      a.conv_state[size_t(KC - 2) * C + chq[p]] = inq[p];
+      a.conv_state[size_t(KC - 2) * C + chk[p]] = ink[p];
+    }
+  }
+  if (lane == 0) a.counters[hv] = 0u;
+}
+
 }  // namespace
 
 void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   static const char* fused_env = std::getenv("DELTAQ_GDN_FUSED");
   static const bool fused = !(fused_env && fused_env[0] == '0');
+  static const char* split_env = std::getenv("DELTAQ_GDN_SPLIT");
+  static const int split = split_env ? std::atoi(split_env) : 4;  // slices per head: 4, 8 or 16 (measured equal)
+  if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && a.hk == a.hv && a.dk == 128 &&
+      a.dv == 128 && a.K == 4) {
+    const int skip = lab_skip("gdn") ? 1 : 0;
+    using K = void (*)(GdnArgs, int);
+    static const K table[3][2] = {{split_kernel<4, 4, false>, split_kernel<4, 4, true>},
+                                  {split_kernel<4, 8, false>, split_kernel<4, 8, true>},
+                                  {split_kernel<4, 16, false>, split_kernel<4, 16, true>}};
+    const int si = split == 8 ? 1 : split == 16 ? 2 : 0;
+    launch_kernel(table[si][a.early ? 1 : 0], a.hv * (4 << si), 32, 0, s, a, skip);
+    return;
+  }
   if (fused && a.hk == a.hv && a.dk == 128 && a.dv == 128 && a.K == 4) {
     launch_kernel(fused_kernel<4>, a.hv, 128, 0, s, a, lab_skip("gdn") ? 1 : 0);
     return;

@@ -60,7 +60,13 @@ struct GdnArgs {
   float *conv_state, *S, *out;
   float* u;  // scratch [T][C] (conv + silu output)
   int T;
+  unsigned* counters = nullptr;  // [kGdnCounterSlots] zeros, kept by the queue (split decode kernel)
+  // The queue's promise that nothing launched since the last point where the stream was idle
+  // (a wait, or a graph's start) writes this S or conv state, so the kernel may read them
+  // before its programmatic wait (the previous kernel may still be running).
+  bool early = false;
 };
+constexpr int kGdnCounterSlots = 1024;
 void launch_gdn(const GdnArgs& a, cudaStream_t s);
 
 struct AttnArgs {

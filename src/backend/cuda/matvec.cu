@@ -14,6 +14,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 // x of one token in shared memory, split so that lane reads are conflict-free:

@@ -14,6 +14,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 constexpr int kHeadWarps = 8;

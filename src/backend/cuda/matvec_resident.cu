@@ -15,6 +15,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 // Copies bytes from global to shared memory with all threads of the block: 16-byte cp.async
@@ -109,6 +111,39 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
   }
   out_a = warp_butterfly(acc_a + bias_a);
   out_b = warp_butterfly(acc_b + bias_b);
+}
+
+// Four rows at once on the fast path (each row's order exactly as dot2_fast's): x's unit words
+// are read from shared memory once per four rows instead of once per two, which is what the
+// pair loop spends most of its shared-memory bandwidth on.
+__device__ __forceinline__ void dot4_fast(const uint32_t* const (&w)[4], const unsigned short* const (&sc)[4],
+                                          const unsigned short* const (&bi)[4], int U, int G, int gs_shift,
+                                          const uint4* xa, const uint4* xb, const float* xg, int lane,
+                                          float (&out)[4]) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int base = 0; base < U; base += 256) {
+    uint32_t v[4][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r][i] = w[r][base + lane + 32 * i];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int u = base + lane + 32 * i;
+      const uint4 x0 = xa[u], x1 = xb[u];
+      const int g = (u * 8) >> gs_shift;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[r] = fmaf(__uint_as_float(uint32_t(sc[r][g]) << 16), unit_q4(v[r][i], x0, x1), acc[r]);
+    }
+  }
+  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int g = lane; g < G; g += 32) {
+    const float xv = xg[g];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) bias[r] = fmaf(__uint_as_float(uint32_t(bi[r][g]) << 16), xv, bias[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) out[r] = warp_butterfly(acc[r] + bias[r]);
 }
 
 // Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
@@ -206,6 +241,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     nw1 = reinterpret_cast<const float4*>(a.norm)[2 * u_own + 1];
   }
   pdl_wait();
+  if (skip & 32) {  // the lab: the launch, the wait and the exit alone
+    if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
+    if (!(skip & 1)) async_wait_all();
+    return;
+  }
   // Residual rows (ProjectAdd): this warp's first pair, loaded now, used after the products.
   float y_first[2] = {0.0f, 0.0f};
   if (a.epi == Epilogue::Add && lane == 0 && 2 * warp < seg[0].n) {
@@ -218,7 +258,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
     // x in (one trip to L2 per thread), normalised when asked, in the split layout; unit sums.
     auto finish_unit = [&](int u, float4 v0, float4 v1) {
-      make_unit_q4(v0, v1, xa[u], xb[u]);
+      if (skip & 8) {
+        xa[u] = make_uint4(0, 0, 0, 0);
+        xb[u] = xa[u];
+      } else {
+        make_unit_q4(v0, v1, xa[u], xb[u]);
+      }
       float p = 0.0f;  // chain of the 8 inputs from 0
       p = p + v0.x;
       p = p + v0.y;
@@ -243,7 +288,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       __syncthreads();
       // Every warp computes the canonical sum of squares itself (lane = index mod 32, then
       // the butterfly): no broadcast and no extra barrier.
-      const float r = num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps);
+      const float r = (skip & 4) ? 1.0f : num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps);
       auto scale = [r](float4 v, float4 w) {
         return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
       };
@@ -272,14 +317,17 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       }
       for (int u = threadIdx.x + 2 * blockDim.x; u < U; u += blockDim.x) finish_unit(u, x4[2 * u], x4[2 * u + 1]);
     }
+    DQ_MARK();
     if (t == 0) async_wait_all();  // this thread's weight copies have landed
     __syncthreads();
-    for (int g = threadIdx.x; g < G; g += blockDim.x) {  // group sums: chain of unit sums
+    DQ_MARK();
+    for (int g = threadIdx.x; g < G && !(skip & 16); g += blockDim.x) {  // group sums: chain of unit sums
       float s = 0.0f;
       for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) s = s + pu[u];
       xg[g] = s;
     }
     __syncthreads();
+    DQ_MARK();
 
     if (skip & 2) {
       if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
@@ -301,7 +349,40 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         const MatDev& m = a.m[sg.m];
         float* y = m.y + size_t(t) * m.rows + sg.r0;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(smem + sg.w);
-        for (int j = 2 * warp; j < sg.n; j += 2 * WARPS) {
+        int j_rest = 0;
+        if constexpr (FAST) {  // four rows at once while every warp has two quads or more
+          using S = const unsigned short*;
+          const int quads = (sg.n + 3) / 4;
+          if (quads >= 2 * WARPS) {
+            for (int qd = warp; qd < quads; qd += WARPS) {
+              int r4[4];
+#pragma unroll
+              for (int r = 0; r < 4; ++r) r4[r] = min(4 * qd + r, sg.n - 1);
+              const uint32_t* w4[4];
+              S s4[4], b4[4];
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                w4[r] = w + size_t(r4[r]) * U;
+                s4[r] = S(smem + sg.s + r4[r] * srow);
+                b4[r] = S(smem + sg.b + r4[r] * srow);
+              }
+              float o[4];
+              dot4_fast(w4, s4, b4, U, G, gs_shift, xa, xb, xg, lane, o);
+              if (lane == 0) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                  if (4 * qd + r < sg.n) {
+                    const int j = 4 * qd + r;
+                    float v = o[r];
+                    if (a.epi == Epilogue::Add) v = y[j] + v;  // (y_first holds another warp's rows here)
+                    y[j] = v;
+                  }
+              }
+            }
+            j_rest = sg.n;
+          }
+        }
+        for (int j = j_rest + 2 * warp; j < sg.n; j += 2 * WARPS) {
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
           float va = 0.0f, vb = 0.0f;
@@ -321,6 +402,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       }
     }
     __syncthreads();  // the next token overwrites x
+    DQ_MARK();
   }
 }
 
@@ -372,8 +454,9 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): 1 skips the weight
-  // copies, 2 the row products, to see where a launch's time goes.
+  // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
+  // copies, 2 the row products, 4 the RMSNorm's sum of squares, 8 x's unit integers, 16 the
+  // group sums, 32 everything after the wait; to see where a launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
   launch_kernel(table[v][fast ? 1 : 0], blocks, warps[v] * 32, smem, s, a, gs, items, skip);
   return true;

@@ -40,18 +40,16 @@ __device__ __forceinline__ void make_unit_q4(float4 v0, float4 v1, uint4& a, uin
 }
 
 // p = float(Σ_k q_k xi_k) * step for one 4-bit word: the low and high nibbles (0..15, so they are
-// the same as signed bytes) against each limb in dp4a, Horner-style (limb 1, * 256, limb 2, * 256,
-// limb 3): exact in int32 (|Σ| < 2^29), then one rounding to float and an exact scaling.
+// the same as signed bytes) against each limb in dp4a, one sum per limb, then limb 1 * 2^16 +
+// limb 2 * 2^8 + limb 3: exact in int32 (|Σ| < 2^29), so any grouping gives the same integer;
+// three independent chains of two are four steps deep instead of eight. Then one rounding to
+// float and an exact scaling.
 __device__ __forceinline__ float unit_q4(uint32_t w, uint4 a, uint4 b) {
   const int lo = int(w & 0x0F0F0F0Fu), hi = int((w >> 4) & 0x0F0F0F0Fu);
-  int p = __dp4a(lo, int(a.x), 0);
-  p = __dp4a(hi, int(a.y), p);
-  p *= 256;
-  p = __dp4a(lo, int(a.z), p);
-  p = __dp4a(hi, int(a.w), p);
-  p *= 256;
-  p = __dp4a(lo, int(b.x), p);
-  p = __dp4a(hi, int(b.y), p);
+  const int s1 = __dp4a(hi, int(a.y), __dp4a(lo, int(a.x), 0));
+  const int s2 = __dp4a(hi, int(a.w), __dp4a(lo, int(a.z), 0));
+  const int s3 = __dp4a(hi, int(b.y), __dp4a(lo, int(b.x), 0));
+  const int p = s1 * 65536 + (s2 * 256 + s3);
   return __int2float_rn(p) * __uint_as_float(b.z);
 }
 

@@ -8,6 +8,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 constexpr int kMaxThreads = 256;

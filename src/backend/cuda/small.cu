@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
 namespace dq::cuda {
+
+DQ_TIMELINE_FILE
 
 namespace {
 
@@ -98,6 +102,18 @@ __global__ void advance_kernel(int32_t* pos, int delta) {
 bool pdl_enabled() {
   static const bool on = !(std::getenv("DELTAQ_PDL") && std::string(std::getenv("DELTAQ_PDL")) == "0");
   return on;
+}
+
+int carveout_percent() {
+  static const int c = std::getenv("DELTAQ_CARVEOUT") ? std::atoi(std::getenv("DELTAQ_CARVEOUT")) : 100;
+  return c;
+}
+
+bool first_launch(const void* kernel) {
+  static std::mutex mu;
+  static std::set<const void*> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  return seen.insert(kernel).second;
 }
 
 bool lab_skip(const char* what) {

@@ -7,6 +7,8 @@
 
 namespace dq::cuda {
 
+DQ_TIMELINE_FILE
+
 namespace {
 
 constexpr int kChunk = 4096, kThreads = 1024;
