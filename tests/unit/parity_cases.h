@@ -213,8 +213,8 @@ inline void large_project_cases(std::vector<Target>& targets) {
 }
 
 // The 2B decode's products at their real shapes (K = 2048 and 6144, bf16 scales, groups of
-// 64): the CUDA resident kernel's fast path, four rows at once (in-projections: ~62 rows per
-// block) and its pair loop (gate/up, down, out).
+// 64): the CUDA resident kernel's fast path (bf16 scales, K a multiple of 2048) at the row
+// counts per block the decode step gives it (in-projections ~62, gate/up ~47, down and out 16).
 inline void decode_shape_cases(std::vector<Target>& targets) {
   Rig rig;
   const int D = 2048, I = 6144;

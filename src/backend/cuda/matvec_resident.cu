@@ -113,39 +113,6 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
   out_b = warp_butterfly(acc_b + bias_b);
 }
 
-// Four rows at once on the fast path (each row's order exactly as dot2_fast's): x's unit words
-// are read from shared memory once per four rows instead of once per two, which is what the
-// pair loop spends most of its shared-memory bandwidth on.
-__device__ __forceinline__ void dot4_fast(const uint32_t* const (&w)[4], const unsigned short* const (&sc)[4],
-                                          const unsigned short* const (&bi)[4], int U, int G, int gs_shift,
-                                          const uint4* xa, const uint4* xb, const float* xg, int lane,
-                                          float (&out)[4]) {
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int base = 0; base < U; base += 256) {
-    uint32_t v[4][8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) v[r][i] = w[r][base + lane + 32 * i];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int u = base + lane + 32 * i;
-      const uint4 x0 = xa[u], x1 = xb[u];
-      const int g = (u * 8) >> gs_shift;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[r] = fmaf(__uint_as_float(uint32_t(sc[r][g]) << 16), unit_q4(v[r][i], x0, x1), acc[r]);
-    }
-  }
-  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int g = lane; g < G; g += 32) {
-    const float xv = xg[g];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) bias[r] = fmaf(__uint_as_float(uint32_t(bi[r][g]) << 16), xv, bias[r]);
-  }
-#pragma unroll
-  for (int r = 0; r < 4; ++r) out[r] = warp_butterfly(acc[r] + bias[r]);
-}
-
 // Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
 template <bool FAST>
 __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
@@ -349,40 +316,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         const MatDev& m = a.m[sg.m];
         float* y = m.y + size_t(t) * m.rows + sg.r0;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(smem + sg.w);
-        int j_rest = 0;
-        if constexpr (FAST) {  // four rows at once while every warp has two quads or more
-          using S = const unsigned short*;
-          const int quads = (sg.n + 3) / 4;
-          if (quads >= 2 * WARPS) {
-            for (int qd = warp; qd < quads; qd += WARPS) {
-              int r4[4];
-#pragma unroll
-              for (int r = 0; r < 4; ++r) r4[r] = min(4 * qd + r, sg.n - 1);
-              const uint32_t* w4[4];
-              S s4[4], b4[4];
-#pragma unroll
-              for (int r = 0; r < 4; ++r) {
-                w4[r] = w + size_t(r4[r]) * U;
-                s4[r] = S(smem + sg.s + r4[r] * srow);
-                b4[r] = S(smem + sg.b + r4[r] * srow);
-              }
-              float o[4];
-              dot4_fast(w4, s4, b4, U, G, gs_shift, xa, xb, xg, lane, o);
-              if (lane == 0) {
-#pragma unroll
-                for (int r = 0; r < 4; ++r)
-                  if (4 * qd + r < sg.n) {
-                    const int j = 4 * qd + r;
-                    float v = o[r];
-                    if (a.epi == Epilogue::Add) v = y[j] + v;  // (y_first holds another warp's rows here)
-                    y[j] = v;
-                  }
-              }
-            }
-            j_rest = sg.n;
-          }
-        }
-        for (int j = j_rest + 2 * warp; j < sg.n; j += 2 * WARPS) {
+        for (int j = 2 * warp; j < sg.n; j += 2 * WARPS) {
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
           float va = 0.0f, vb = 0.0f;
