@@ -54,6 +54,7 @@ TEST(CudaParity, Embed) {
 TEST(CudaParity, GatedDeltaNet) {
   auto t = cuda_target();
   gdn_cases(t);
+  gdn_two_steps_case(t);
 }
 TEST(CudaParity, GatedAttention) {
   auto t = cuda_target();

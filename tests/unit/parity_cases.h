@@ -315,6 +315,42 @@ inline void gdn_cases(std::vector<Target>& targets) {
     }
 }
 
+// Two GDN steps on one state in one stage: on CUDA the first may read its state before its
+// programmatic wait (GdnArgs::early) and the second must not; both equal the reference's.
+inline void gdn_two_steps_case(std::vector<Target>& targets) {
+  Rig rig;
+  GdnDims g{16, 16, 128, 128, 4, 1e-6f};
+  const int C = g.conv_channels(), VD = g.value_dim(), H = 16;
+  Ref mixed = rig.inputs(C), z = rig.inputs(VD), b = rig.floats(H, 2.f), a = rig.floats(H, 2.f),
+      conv_w = rig.floats(size_t(C) * 4, 0.4f), A = rig.floats(H), dt = rig.floats(H), norm = rig.floats(128);
+  for (int h = 0; h < H; ++h) A.as<float>()[h] = -std::fabs(A.as<float>()[h]) - 0.5f;
+  std::vector<Ref> outs = {rig.floats(size_t(3) * C), rig.floats(size_t(H) * 128 * 128, 0.1f), rig.zeros(size_t(VD) * 4)};
+  Ref scratch = rig.zeros(size_t(C) * 4);
+  auto step = [&](Target& t, const std::vector<Ref>& o) {
+    return Op(op::GdnCore{g, t.map(mixed), t.map(z), t.map(b), t.map(a), t.map(conv_w), t.map(A), t.map(dt),
+                          t.map(norm), o[0], o[1], o[2], t.map(scratch), 1});
+  };
+  Target ref{"reference", std::shared_ptr<Backend>(rig.ref.get(), [](Backend*) {}),
+             std::shared_ptr<Queue>(rig.ref_q.get(), [](Queue*) {}), {}};
+  std::vector<Ref> want;
+  for (const Ref& o : outs) want.push_back(rig.copy(o));
+  rig.ref_q->go(step(ref, want));
+  rig.ref_q->go(step(ref, want));
+  rig.ref_q->wait();
+  for (Target& t : targets) {
+    std::vector<Ref> got;
+    for (const Ref& o : outs) got.push_back(t.fresh_copy(o));
+    t.q->go(step(t, got));
+    t.q->go(step(t, got));
+    t.q->wait();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<uint8_t> bytes = t.read(got[i]);
+      ASSERT_EQ(std::memcmp(want[i].buf->ptr, bytes.data(), bytes.size()), 0)
+          << "gdn two steps: output " << i << " differs on " << t.name;
+    }
+  }
+}
+
 inline void attn_cases(std::vector<Target>& targets) {
   Rig rig;
   struct D {

@@ -46,6 +46,7 @@ TEST(OpsParity, Embed) {
 TEST(OpsParity, GatedDeltaNet) {
   auto t = cpu_targets();
   gdn_cases(t);
+  gdn_two_steps_case(t);
 }
 TEST(OpsParity, GatedAttention) {
   auto t = cpu_targets();

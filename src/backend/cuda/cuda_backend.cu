@@ -128,7 +128,7 @@ class CudaQueue : public Queue {
 
   void replay(const Graph& g) override {
     begin_stage();
-    stage_replayed_ = true;
+    no_early_ = true;
     const auto& cg = static_cast<const CudaGraph&>(g);
     DQ_CUDA_CHECK(cudaGraphLaunch(cg.exec, stream_));
     n_ops_ += cg.n_ops();
@@ -141,15 +141,15 @@ class CudaQueue : public Queue {
     // A graph starts on an idle stream: inside it, the first GDN op on each state reads early.
     std::set<const void*> outside;
     outside.swap(gdn_states_);
-    const bool outside_replayed = stage_replayed_;
-    stage_replayed_ = false;
+    const bool outside_replayed = no_early_;
+    no_early_ = false;
     struct Restore {
       CudaQueue* q;
       std::set<const void*>* outside;
       bool replayed;
       ~Restore() {
         q->gdn_states_.swap(*outside);
-        q->stage_replayed_ = replayed;
+        q->no_early_ = replayed;
       }
     } restore{this, &outside, outside_replayed};
     try {
@@ -172,7 +172,7 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaEventRecord(ev_end_, stream_));
     cudaError_t e = cudaStreamSynchronize(stream_);
     gdn_states_.clear();
-    stage_replayed_ = false;
+    no_early_ = false;
     float gpu_ms = 0;
     if (e == cudaSuccess) cudaEventElapsedTime(&gpu_ms, ev_start_, ev_end_);
     const double wall = std::chrono::duration<double, std::milli>(Clock::now() - wall_start_).count();
@@ -282,8 +282,9 @@ class CudaQueue : public Queue {
               o.A_neg.as<float>(), o.dt_bias.as<float>(), o.norm.as<float>(), o.conv_state.as<float>(),
               o.S.as<float>(), o.out.as<float>(), o.conv_out.as<float>(), o.n_tokens, gdn_counters_};
     // Early state reads: only the first GDN op on this state since the stream was last idle,
-    // and none after a graph replay in the same stage (whose kernels may still run).
-    a.early = !stage_replayed_ && gdn_states_.insert(a.S).second;
+    // and none after a graph replay, a memset or a copy in the same stage (a programmatic
+    // launch is early only against a kernel: keep to the case that is certain).
+    a.early = !no_early_ && gdn_states_.insert(a.S).second;
     launch_gdn(a, stream_);
   }
   void launch_one(const op::AttnCore& o) {
@@ -326,8 +327,12 @@ class CudaQueue : public Queue {
                        num_sms_, stream_);
   }
   void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
-  void launch_one(const op::Zero& o) { DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_)); }
+  void launch_one(const op::Zero& o) {
+    no_early_ = true;
+    DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_));
+  }
   void launch_one(const op::Write& o) {
+    no_early_ = true;
     DQ_CHECK(o.offset_bytes + o.bytes.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
     DQ_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.bytes.data(), o.bytes.size(),
                                   cudaMemcpyHostToDevice, stream_));
@@ -378,7 +383,7 @@ class CudaQueue : public Queue {
   unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
   unsigned* gdn_counters_ = nullptr;          // the split GDN kernel's per-head arrivals (same)
   std::set<const void*> gdn_states_;          // GDN states launched since the stream was idle
-  bool stage_replayed_ = false;               // a graph was replayed since the last wait
+  bool no_early_ = false;  // since the last wait: a graph replay, a memset or a copy (not kernels)
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
   void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums
   size_t draw_bytes_ = 0;
