@@ -135,18 +135,19 @@ using Maker = std::function<Op(Target&, const std::vector<Ref>&)>;
 
 // Runs the op made by `make` on the reference and on every target; `outs` are the host buffers
 // the op writes (each run starts from their initial contents). All must match bit for bit.
+// steps > 1: the op is issued that many times in one stage (one wait) on every target.
 inline void check(Rig& rig, std::vector<Target>& targets, const std::vector<Ref>& outs, const Maker& make,
-                  const std::string& what) {
+                  const std::string& what, int steps = 1) {
   Target ref{"reference", std::shared_ptr<Backend>(rig.ref.get(), [](Backend*) {}),
              std::shared_ptr<Queue>(rig.ref_q.get(), [](Queue*) {}), {}};
   std::vector<Ref> want;
   for (const Ref& o : outs) want.push_back(rig.copy(o));
-  rig.ref_q->go(make(ref, want));
+  for (int i = 0; i < steps; ++i) rig.ref_q->go(make(ref, want));
   rig.ref_q->wait();
   for (Target& t : targets) {
     std::vector<Ref> got;
     for (const Ref& o : outs) got.push_back(t.fresh_copy(o));
-    t.q->go(make(t, got));
+    for (int i = 0; i < steps; ++i) t.q->go(make(t, got));
     t.q->wait();
     for (size_t i = 0; i < outs.size(); ++i) {
       std::vector<uint8_t> g = t.read(got[i]);
@@ -330,25 +331,7 @@ inline void gdn_two_steps_case(std::vector<Target>& targets) {
     return Op(op::GdnCore{g, t.map(mixed), t.map(z), t.map(b), t.map(a), t.map(conv_w), t.map(A), t.map(dt),
                           t.map(norm), o[0], o[1], o[2], t.map(scratch), 1});
   };
-  Target ref{"reference", std::shared_ptr<Backend>(rig.ref.get(), [](Backend*) {}),
-             std::shared_ptr<Queue>(rig.ref_q.get(), [](Queue*) {}), {}};
-  std::vector<Ref> want;
-  for (const Ref& o : outs) want.push_back(rig.copy(o));
-  rig.ref_q->go(step(ref, want));
-  rig.ref_q->go(step(ref, want));
-  rig.ref_q->wait();
-  for (Target& t : targets) {
-    std::vector<Ref> got;
-    for (const Ref& o : outs) got.push_back(t.fresh_copy(o));
-    t.q->go(step(t, got));
-    t.q->go(step(t, got));
-    t.q->wait();
-    for (size_t i = 0; i < outs.size(); ++i) {
-      std::vector<uint8_t> bytes = t.read(got[i]);
-      ASSERT_EQ(std::memcmp(want[i].buf->ptr, bytes.data(), bytes.size()), 0)
-          << "gdn two steps: output " << i << " differs on " << t.name;
-    }
-  }
+  check(rig, targets, outs, step, "gdn two steps", 2);
 }
 
 inline void attn_cases(std::vector<Target>& targets) {

@@ -52,30 +52,28 @@ __device__ __forceinline__ unsigned long long global_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ bool tl_recorder() {
+  return blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
+}
+__device__ __forceinline__ void tl_record(unsigned long long release, unsigned long long arrive, int line) {
+  const unsigned i = atomicAdd(&tl_count, 1u);
+  if (i < kTimelineMax) {
+    tl_rec[3 * i] = release;
+    tl_rec[3 * i + 1] = arrive;
+    tl_rec[3 * i + 2] = (unsigned long long)line;
+  }
+}
 __device__ __forceinline__ void pdl_wait_at(int line) {
-  const bool rec = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
+  const bool rec = tl_recorder();
   const unsigned long long t0 = rec ? global_ns() : 0;
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (rec) {
-    const unsigned long long t1 = global_ns();
-    const unsigned i = atomicAdd(&tl_count, 1u);
-    if (i < kTimelineMax) {
-      tl_rec[3 * i] = t1;
-      tl_rec[3 * i + 1] = t0;
-      tl_rec[3 * i + 2] = (unsigned long long)line;
-    }
-  }
+  if (rec) tl_record(global_ns(), t0, line);
 }
 // A point inside a kernel (thread 0 of block 0 passing it), printed like a kernel of its own.
 __device__ __forceinline__ void tl_mark_at(int line) {
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+  if (tl_recorder()) {
     const unsigned long long t = global_ns();
-    const unsigned i = atomicAdd(&tl_count, 1u);
-    if (i < kTimelineMax) {
-      tl_rec[3 * i] = t;
-      tl_rec[3 * i + 1] = t;
-      tl_rec[3 * i + 2] = (unsigned long long)line;
-    }
+    tl_record(t, t, line);
   }
 }
 }  // namespace
