@@ -238,6 +238,11 @@ inline void decode_shape_cases(std::vector<Target>& targets) {
   check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
     return Op(op::ProjectAdd{g.map(x), g.map(out), o[0], 1});
   }, "decode out");
+  // The tied head with its final norm (the CUDA pipelined head kernel, 1881-1882 rows per block).
+  Matrix head = rig.matrix(WFormat::Affine, 248320, D);
+  check(rig, targets, {rig.zeros(size_t(248320) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+    return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map(head)}, {o[0]}, 1, 1});
+  }, "decode head");
 }
 
 // Tall 4-bit products (the CUDA output-head kernel takes 32768 rows and more, K <= 2048): group
@@ -248,14 +253,17 @@ inline void tall_project_cases(std::vector<Target>& targets) {
   for (int K : {256, 768, 2048})
     for (int gs : {32, 64, 128}) {
       Matrix m = rig.matrix(WFormat::Affine, rows, K, 4, gs, DType::BF16);
-      for (int T : {1, 2}) {
-        Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
-        Ref y = rig.zeros(size_t(T) * rows * 4);
-        const std::string what = "tall K=" + std::to_string(K) + " gs=" + std::to_string(gs) + " T=" + std::to_string(T);
-        check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
-          return Op(op::Project{g.map(x), T == 1 ? g.map(norm) : Ref{}, 1e-6f, {g.map(m)}, {o[0]}, 1, T});
-        }, what);
-      }
+      for (int T : {1, 2})
+        for (bool with_norm : {true, false}) {
+          if (T == 2 && with_norm) continue;
+          Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
+          Ref y = rig.zeros(size_t(T) * rows * 4);
+          const std::string what = "tall K=" + std::to_string(K) + " gs=" + std::to_string(gs) +
+                                   " T=" + std::to_string(T) + (with_norm ? " norm" : "");
+          check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
+            return Op(op::Project{g.map(x), with_norm ? g.map(norm) : Ref{}, 1e-6f, {g.map(m)}, {o[0]}, 1, T});
+          }, what);
+        }
     }
 }
 

@@ -83,6 +83,7 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaEventCreate(&ev_start_));
     DQ_CUDA_CHECK(cudaEventCreate(&ev_end_));
     DQ_CUDA_CHECK(cudaMallocHost(&err_host_, sizeof(DeviceError)));
+    DQ_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     DQ_CUDA_CHECK(cudaMalloc(&argmax_key_, sizeof(unsigned long long)));
     DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
     DQ_CUDA_CHECK(cudaMalloc(&gdn_counters_, kGdnCounterSlots * sizeof(unsigned)));
@@ -97,6 +98,7 @@ class CudaQueue : public Queue {
     cudaEventDestroy(ev_start_);
     cudaEventDestroy(ev_end_);
     cudaFreeHost(err_host_);
+    cudaFreeHost(staging_);
     cudaFree(argmax_key_);
     cudaFree(gdn_counters_);
     if (topk_scratch_) cudaFree(topk_scratch_);
@@ -169,8 +171,15 @@ class CudaQueue : public Queue {
 
   void wait() override {
     if (!in_stage_) return;
+    // The device-error record comes back in the stage itself: one synchronisation per wait.
+    DQ_CUDA_CHECK(cudaMemcpyAsync(err_host_, err_dev_, sizeof(DeviceError), cudaMemcpyDeviceToHost, stream_));
     DQ_CUDA_CHECK(cudaEventRecord(ev_end_, stream_));
     cudaError_t e = cudaStreamSynchronize(stream_);
+    std::vector<StagedRead> staged;
+    staged.swap(staged_);
+    staging_used_ = 0;
+    if (e == cudaSuccess)
+      for (const StagedRead& r : staged) std::memcpy(r.host, staging_ + r.offset, r.bytes);
     gdn_states_.clear();
     no_early_ = false;
     float gpu_ms = 0;
@@ -189,7 +198,6 @@ class CudaQueue : public Queue {
     if (profile_) collect_profile();
     trace_.report(n, gpu_ms, wall);
     // Device-side input errors, with the op that raised them.
-    DQ_CUDA_CHECK(cudaMemcpy(err_host_, err_dev_, sizeof(DeviceError), cudaMemcpyDeviceToHost));
     if (err_host_->code != kErrNone) {
       DeviceError d = *err_host_;
       DQ_CUDA_CHECK(cudaMemset(err_dev_, 0, sizeof(DeviceError)));
@@ -339,8 +347,17 @@ class CudaQueue : public Queue {
   }
   void launch_one(const op::Read& o) {
     DQ_CHECK(o.offset_bytes + o.bytes <= o.src->bytes, "read past the end of {}", o.src->name);
-    DQ_CUDA_CHECK(cudaMemcpyAsync(o.host, static_cast<const uint8_t*>(o.src->ptr) + o.offset_bytes, o.bytes,
-                                  cudaMemcpyDeviceToHost, stream_));
+    const uint8_t* src = static_cast<const uint8_t*>(o.src->ptr) + o.offset_bytes;
+    // Small reads (a token id, top-k lists) go to pinned staging and are copied out at the
+    // wait: a copy into pageable memory would block the host until the stream got there.
+    const size_t at = (staging_used_ + 15) / 16 * 16;
+    if (!capture_ && at + o.bytes <= kStagingBytes) {
+      DQ_CUDA_CHECK(cudaMemcpyAsync(staging_ + at, src, o.bytes, cudaMemcpyDeviceToHost, stream_));
+      staged_.push_back({static_cast<uint8_t*>(o.host), at, o.bytes});
+      staging_used_ = at + o.bytes;
+      return;
+    }
+    DQ_CUDA_CHECK(cudaMemcpyAsync(o.host, src, o.bytes, cudaMemcpyDeviceToHost, stream_));
   }
 
   // DELTAQ_PROFILE=1: per-op GPU time (events around every op outside graphs), printed at exit.
@@ -382,6 +399,14 @@ class CudaQueue : public Queue {
   DeviceError* err_host_ = nullptr;
   unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
   unsigned* gdn_counters_ = nullptr;          // the split GDN kernel's per-head arrivals (same)
+  struct StagedRead {
+    uint8_t* host;
+    size_t offset, bytes;
+  };
+  static constexpr size_t kStagingBytes = 64 * 1024;
+  uint8_t* staging_ = nullptr;      // pinned: the stage's small reads land here
+  size_t staging_used_ = 0;
+  std::vector<StagedRead> staged_;  // copied to their destinations at the wait
   std::set<const void*> gdn_states_;          // GDN states launched since the stream was idle
   bool no_early_ = false;  // since the last wait: a graph replay, a memset or a copy (not kernels)
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys

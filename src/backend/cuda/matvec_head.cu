@@ -112,6 +112,122 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
   }
 }
 
+// The pipelined head (T = 1): a block per SM streams its contiguous rows through a ring of
+// shared-memory stages with cp.async, kTiles rows per stage, so the bytes in flight do not
+// depend on registers (the register kernel above keeps only one row per warp in flight: about
+// 18 KB per SM, short of what the memory's latency needs). x's units and group sums are made in
+// shared memory as in the resident kernel, then each lane holds its own in registers (dot2_reg);
+// each warp computes two rows of a stage.
+constexpr int kPipeWarps = 16, kPipeRows = 2 * kPipeWarps;
+
+template <int STAGES>
+__global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const MatDev& m = a.m[0];
+  const int K = a.K, U = K / 8, G = K / m.gs, gs_shift = m.gs_shift;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t wrow = uint32_t(K / 2), srow = uint32_t(G * 2);
+  const uint32_t stage_bytes = kPipeRows * (wrow + 2 * srow);
+  uint4* xa = reinterpret_cast<uint4*>(smem);
+  uint4* xb = xa + U;
+  float* xg = reinterpret_cast<float*>(xb + U);
+  float* raw = xg + G;  // K floats; then the stages (16-byte aligned: G % 8 == 0)
+  unsigned char* stages = reinterpret_cast<unsigned char*>(raw + K);
+
+  const int r0 = int(int64_t(blockIdx.x) * m.rows / gridDim.x);
+  const int r1 = int(int64_t(blockIdx.x + 1) * m.rows / gridDim.x);
+  const int tiles = (r1 - r0 + kPipeRows - 1) / kPipeRows;
+  // Stage layout: kPipeRows weight rows, then their scales, then their biases.
+  auto issue = [&](int tile) {
+    if (tile < tiles) {
+      unsigned char* st = stages + (tile % STAGES) * stage_bytes;
+      const int row = r0 + tile * kPipeRows, n = min(kPipeRows, r1 - row);
+      const unsigned char* w = static_cast<const unsigned char*>(m.w) + size_t(row) * wrow;
+      const unsigned char* sc = static_cast<const unsigned char*>(m.s) + size_t(row) * srow;
+      const unsigned char* bi = static_cast<const unsigned char*>(m.b) + size_t(row) * srow;
+      for (uint32_t i = threadIdx.x; i < n * wrow / 16; i += blockDim.x) async_copy16(st + 16 * i, w + 16 * i);
+      st += kPipeRows * wrow;
+      for (uint32_t i = threadIdx.x; i < n * srow / 16; i += blockDim.x) async_copy16(st + 16 * i, sc + 16 * i);
+      st += kPipeRows * srow;
+      for (uint32_t i = threadIdx.x; i < n * srow / 16; i += blockDim.x) async_copy16(st + 16 * i, bi + 16 * i);
+    }
+    async_commit();  // an empty group past the end keeps the count of groups regular
+  };
+
+  pdl_trigger();
+  // The weights do not depend on earlier kernels: the first stages stream before the wait.
+  for (int t = 0; t < STAGES - 1; ++t) issue(t);
+  float4 nw0 = make_float4(1, 1, 1, 1), nw1 = nw0;
+  const bool own = threadIdx.x < U;  // U <= 256 < the block's threads: one unit per thread
+  if (a.norm && own) {
+    nw0 = reinterpret_cast<const float4*>(a.norm)[2 * threadIdx.x];
+    nw1 = reinterpret_cast<const float4*>(a.norm)[2 * threadIdx.x + 1];
+  }
+  pdl_wait();
+
+  const float4* x4 = reinterpret_cast<const float4*>(a.x);
+  float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+  if (own) {
+    v0 = x4[2 * threadIdx.x];
+    v1 = x4[2 * threadIdx.x + 1];
+    reinterpret_cast<float4*>(raw)[2 * threadIdx.x] = v0;
+    reinterpret_cast<float4*>(raw)[2 * threadIdx.x + 1] = v1;
+  }
+  __syncthreads();
+  if (own) {
+    // Every warp that owns units computes the canonical sum of squares itself.
+    const float r = a.norm ? num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps) : 1.0f;
+    auto scale = [&](float4 v, float4 w) {
+      return a.norm ? make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w) : v;
+    };
+    v0 = scale(v0, nw0);
+    v1 = scale(v1, nw1);
+    make_unit_q4(v0, v1, xa[threadIdx.x], xb[threadIdx.x]);
+  }
+  __syncthreads();
+  if (own) {  // normalised x back into raw for the group sums (chain of 8 per unit, then of units)
+    reinterpret_cast<float4*>(raw)[2 * threadIdx.x] = v0;
+    reinterpret_cast<float4*>(raw)[2 * threadIdx.x + 1] = v1;
+  }
+  __syncthreads();
+  for (int g = threadIdx.x; g < G; g += blockDim.x) {
+    float s = 0.0f;
+    for (int u = (g << gs_shift) / 8; u < ((g + 1) << gs_shift) / 8; ++u) {
+      float p = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) p = p + raw[8 * u + k];
+      s = s + p;
+    }
+    xg[g] = s;
+  }
+  __syncthreads();
+  XRegs xr;  // this lane's units of x (K = 2048)
+  load_xregs(xr, xa, xb, xg, G, lane);
+
+  for (int t = 0; t < tiles; ++t) {
+    async_wait_group<STAGES - 2>();  // this thread's copies of tile t have landed
+    __syncthreads();                 // everyone's have, and tile t - 1's stage is free again
+    issue(t + STAGES - 1);
+    const unsigned char* st = stages + (t % STAGES) * stage_bytes;
+    const int row = r0 + t * kPipeRows, n = min(kPipeRows, r1 - row);
+    const int ja = 2 * warp, jb = min(2 * warp + 1, n - 1);
+    if (ja < n) {
+      using S = const unsigned short*;
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
+      S sc = reinterpret_cast<S>(st + kPipeRows * wrow);
+      S bi = reinterpret_cast<S>(st + kPipeRows * (wrow + srow));
+      float va, vb;
+      dot2_reg(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, gs_shift, xr, lane, va,
+               vb);
+      if (lane == 0) {
+        m.y[row + ja] = va;
+        if (jb != ja) m.y[row + jb] = vb;
+      }
+    }
+  }
+  async_wait_all();
+}
+
 template <int NU>
 bool launch_nu(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const int G = a.K / a.m[0].gs;
@@ -139,6 +255,28 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(m.w) % 4 ||
       reinterpret_cast<uintptr_t>(m.s) % 2 || reinterpret_cast<uintptr_t>(m.b) % 2)
     return false;
+  // The pipelined kernel: one token, K = 2048 (x in registers), 16-byte aligned rows and groups.
+  static const char* pipe_env = std::getenv("DELTAQ_HEAD_PIPE");
+  static const int stages = pipe_env ? std::atoi(pipe_env) : 5;
+  const int G = a.K / m.gs;
+  if (stages >= 3 && stages <= 6 && a.T == 1 && a.K == 2048 && G % 8 == 0 && G <= 64 && m.gs_shift >= 0 &&
+      reinterpret_cast<uintptr_t>(m.w) % 16 == 0 && reinterpret_cast<uintptr_t>(m.s) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(m.b) % 16 == 0) {
+    const size_t stage_bytes = size_t(kPipeRows) * (a.K / 2 + 4 * G);
+    const size_t smem = size_t(a.K / 8) * 32 + size_t(G) * 4 + size_t(a.K) * 4 + stages * stage_bytes;
+    if (smem <= 225 * 1024) {
+      using Kernel = void (*)(ProjectArgs);
+      static const Kernel table[4] = {head_pipe_kernel<3>, head_pipe_kernel<4>, head_pipe_kernel<5>,
+                                      head_pipe_kernel<6>};
+      static bool attr_set = false;
+      if (!attr_set) {
+        for (Kernel k : table) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+        attr_set = true;
+      }
+      launch_kernel(table[stages - 3], std::min(num_sms, m.rows), kPipeWarps * 32, smem, s, a);
+      return true;
+    }
+  }
   switch (a.K / 256) {
     case 1: return launch_nu<1>(a, num_sms, s);
     case 2: return launch_nu<2>(a, num_sms, s);

@@ -80,39 +80,6 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
   if (two) out_b = warp_butterfly(acc_b + bias_b);
 }
 
-// The common case, specialised: bf16 scales, K a multiple of 2048 (whole chunks of 8 units
-// per lane, no bounds checks), power-of-two groups, always two rows (the caller may pass the
-// same row twice).
-__device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
-                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                          int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
-                                          const float* xg, int lane, float& out_a, float& out_b) {
-  float acc_a = 0.0f, acc_b = 0.0f;
-  for (int base = 0; base < U; base += 256) {
-    uint32_t va[8], vb[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      va[i] = wa[base + lane + 32 * i];
-      vb[i] = wb[base + lane + 32 * i];
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int u = base + lane + 32 * i;
-      const uint4 x0 = xa[u], x1 = xb[u];
-      const int g = (u * 8) >> gs_shift;
-      acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x0, x1), acc_a);
-      acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x0, x1), acc_b);
-    }
-  }
-  float bias_a = 0.0f, bias_b = 0.0f;
-  for (int g = lane; g < G; g += 32) {
-    bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
-    bias_b = fmaf(__uint_as_float(uint32_t(bb[g]) << 16), xg[g], bias_b);
-  }
-  out_a = warp_butterfly(acc_a + bias_a);
-  out_b = warp_butterfly(acc_b + bias_b);
-}
-
 // Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
 template <bool FAST>
 __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,

@@ -89,6 +89,95 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
   return warp_butterfly(ss);
 }
 
+// Two rows against x, everything in shared memory (the resident and the head kernels): bf16
+// scales, K a multiple of 2048 (whole chunks of 8 units per lane, no bounds checks),
+// power-of-two groups, always two rows (the caller may pass the same row twice). x is in
+// make_unit_q4's split layout (xa, xb: one uint4 each per unit), xg its group sums. Canonical
+// order: lane l chains units l, l+32, ..., then its groups' bias terms, then the butterfly.
+__device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
+                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
+                                          int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
+                                          const float* xg, int lane, float& out_a, float& out_b) {
+  float acc_a = 0.0f, acc_b = 0.0f;
+  for (int base = 0; base < U; base += 256) {
+    uint32_t va[8], vb[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      va[i] = wa[base + lane + 32 * i];
+      vb[i] = wb[base + lane + 32 * i];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int u = base + lane + 32 * i;
+      const uint4 x0 = xa[u], x1 = xb[u];
+      const int g = (u * 8) >> gs_shift;
+      acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x0, x1), acc_a);
+      acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x0, x1), acc_b);
+    }
+  }
+  float bias_a = 0.0f, bias_b = 0.0f;
+  for (int g = lane; g < G; g += 32) {
+    bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
+    bias_b = fmaf(__uint_as_float(uint32_t(bb[g]) << 16), xg[g], bias_b);
+  }
+  out_a = warp_butterfly(acc_a + bias_a);
+  out_b = warp_butterfly(acc_b + bias_b);
+}
+
+// x of one lane in registers, for K = 2048 (units lane + 32 i, i < 8) and up to 64 groups: the
+// rows then read only their weights and scales from shared memory (4 + 2 bytes per unit and row
+// instead of 32 + 6 with x there too). Used by the pipelined head (83.6 us in the 2B step's
+// timeline); in the resident kernels it measured slower (878 vs 921 tok/s: few rows per warp
+// there, and the loads come first on the critical path).
+struct XRegs {
+  uint4 a[8];
+  uint32_t b0[8], b1[8], step[8];
+  float g[2];
+};
+
+__device__ __forceinline__ void load_xregs(XRegs& r, const uint4* xa, const uint4* xb, const float* xg, int G,
+                                           int lane) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    r.a[i] = xa[lane + 32 * i];
+    const uint4 b = xb[lane + 32 * i];
+    r.b0[i] = b.x;
+    r.b1[i] = b.y;
+    r.step[i] = b.z;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) r.g[i] = lane + 32 * i < G ? xg[lane + 32 * i] : 0.0f;
+}
+
+// dot2_fast with x in registers (K = 2048, G <= 64): the same chains in the same order.
+__device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
+                                         const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
+                                         int G, int gs_shift, const XRegs& x, int lane, float& out_a, float& out_b) {
+  uint32_t va[8], vb[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    va[i] = wa[lane + 32 * i];
+    vb[i] = wb[lane + 32 * i];
+  }
+  float acc_a = 0.0f, acc_b = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int g = ((lane + 32 * i) * 8) >> gs_shift;
+    const uint4 xb = make_uint4(x.b0[i], x.b1[i], x.step[i], 0u);
+    acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x.a[i], xb), acc_a);
+    acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x.a[i], xb), acc_b);
+  }
+  float bias_a = 0.0f, bias_b = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    if (lane + 32 * i < G) {
+      bias_a = fmaf(__uint_as_float(uint32_t(ba[lane + 32 * i]) << 16), x.g[i], bias_a);
+      bias_b = fmaf(__uint_as_float(uint32_t(bb[lane + 32 * i]) << 16), x.g[i], bias_b);
+    }
+  out_a = warp_butterfly(acc_a + bias_a);
+  out_b = warp_butterfly(acc_b + bias_b);
+}
+
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
