@@ -59,6 +59,7 @@ TEST(CudaParity, GatedDeltaNet) {
 TEST(CudaParity, GatedAttention) {
   auto t = cuda_target();
   attn_cases(t);
+  attn_two_steps_case(t);
 }
 TEST(CudaParity, Argmax) {
   auto t = cuda_target();

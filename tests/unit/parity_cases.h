@@ -368,6 +368,30 @@ inline void attn_cases(std::vector<Target>& targets) {
       }
 }
 
+// Two decode attention steps on one cache in one stage, the position advanced in between: on
+// CUDA the first may read the position and the cache before its programmatic wait
+// (AttnArgs::early) and the second must not; the new row's chunk in and past the V ring's
+// first stages.
+inline void attn_two_steps_case(std::vector<Target>& targets) {
+  Rig rig;
+  const int h = 8, hkv = 2, hd = 256, rot = 64, ctx = 300;
+  AttnDims ad{h, hkv, hd, rot, ctx, 1e-6f};
+  for (int pos0 : {5, 130, 250}) {
+    Ref qg = rig.inputs(size_t(h) * 2 * hd), k = rig.inputs(size_t(hkv) * hd), v = rig.inputs(size_t(hkv) * hd),
+        qn = rig.floats(hd), kn = rig.floats(hd);
+    Ref cs = rig.floats(size_t(ctx) * rot / 2), sn = rig.floats(size_t(ctx) * rot / 2);
+    Ref kc = rig.floats(size_t(ctx) * hkv * hd), vc = rig.floats(size_t(ctx) * hkv * hd);
+    Ref pos{rig.ref->upload(&pos0, 4, "pos")};
+    Ref scores = rig.zeros(size_t(h) * ctx * 4), out = rig.zeros(size_t(h) * hd * 4);
+    int n = 0;  // attention, advance, attention
+    check(rig, targets, {kc, vc, out, pos}, [&](Target& g, const std::vector<Ref>& o) {
+      if (n++ % 3 == 1) return Op(op::AdvancePos{o[3], 1});
+      return Op(op::AttnCore{ad, g.map(qg), g.map(k), g.map(v), g.map(qn), g.map(kn), g.map(cs), g.map(sn), o[0], o[1],
+                             o[3], g.map(scores), o[2], 1});
+    }, "attn two steps pos=" + std::to_string(pos0), 3);
+  }
+}
+
 inline void argmax_cases(std::vector<Target>& targets) {
   Rig rig;
   std::vector<std::vector<float>> cases = {{1.f, 5.f, NAN, 5.f, -INFINITY, 2.f}, {NAN, -INFINITY, -INFINITY},

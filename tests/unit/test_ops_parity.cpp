@@ -51,6 +51,7 @@ TEST(OpsParity, GatedDeltaNet) {
 TEST(OpsParity, GatedAttention) {
   auto t = cpu_targets();
   attn_cases(t);
+  attn_two_steps_case(t);
 }
 TEST(OpsParity, ArgmaxTiesTakeTheLowestIndex) {
   auto t = cpu_targets();

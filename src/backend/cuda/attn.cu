@@ -1,7 +1,8 @@
 // Gated attention (op::AttnCore) in the reference order of ops/reference_impl.h:
 // kernel 1 appends k (RMSNorm + rotary) and v to the cache for every new token;
-// kernel 2, one block per (token, query head): q norm + rotary, scores (one warp per position,
-// canonical dot), max, exp, canonical sum, weighted sum of V in position order, output gate.
+// kernel 2: q norm + rotary and the scores (one warp per position, canonical dot);
+// (decode: kernels 1 and 2 are one, scores_append_kernel);
+// kernel 3: max, exp, canonical sum, weighted sum of V in position order, output gate.
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
@@ -102,6 +103,78 @@ __global__ void __launch_bounds__(256) scores_kernel(AttnArgs a, int skip) {
   }
 }
 
+// Decode (T = 1, hd <= 256): the append and the scores in one kernel, blocks over (query head,
+// chunk of kPos positions). The block whose chunk holds the new position p makes k's row (norm
+// + rotary, as the append kernel) itself for its score, and the group's first query head also
+// appends k and v to the cache; the other positions' rows come from the cache, read before the
+// programmatic wait when the queue says nothing in flight writes them (AttnArgs::early).
+constexpr int kFusedNc = 8;  // values per lane per position: hd <= 256
+
+__global__ void __launch_bounds__(256) scores_append_kernel(AttnArgs a, int skip) {
+  pdl_trigger();
+  extern __shared__ float smem[];
+  const int h = blockIdx.x, hd = a.hd, half = a.rot / 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = a.h / a.hkv, j = h / group;
+  const int tau0 = blockIdx.y * kPos, first = tau0 + warp * (kPos / 8);
+  const size_t stride = size_t(a.hkv) * hd;
+  const float* kc = a.k_cache + size_t(j) * hd;
+  const int nc = (hd + 31) / 32;
+  float kv[kPos / 8][kFusedNc];
+  auto load_k = [&](int lim) {  // this warp's positions below lim
+#pragma unroll
+    for (int k = 0; k < kPos / 8; ++k)
+#pragma unroll
+      for (int c = 0; c < kFusedNc; ++c)
+        kv[k][c] = (c < nc && first + k < lim && lane + 32 * c < hd) ? kc[(first + k) * stride + lane + 32 * c] : 0.0f;
+  };
+  int p = 0;
+  if (a.early) {
+    p = *a.pos;
+    if (p >= 0 && p < a.max_ctx) load_k(p);
+  }
+  pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+  if (!a.early) p = *a.pos;
+  if (p < 0 || p >= a.max_ctx) {
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) report_error(a.err, kErrContextFull, p, a.max_ctx);
+    return;
+  }
+  if (tau0 > p) return;
+  if (!a.early) load_k(p);
+  float* q = smem;          // [hd]
+  float* kn = smem + hd;    // [hd] the new position's k
+  float* slot = kn + hd;    // [32]
+  const float* cs = a.rope_cos + size_t(p) * half;
+  const float* sn = a.rope_sin + size_t(p) * half;
+  norm_rope(a.qg + size_t(h) * 2 * hd, a.q_norm, hd, a.rot, a.eps, cs, sn, q, slot);
+  if (p < tau0 + kPos) {  // this chunk holds p (uniform over the block)
+    norm_rope(a.k + size_t(j) * hd, a.k_norm, hd, a.rot, a.eps, cs, sn, kn, slot);
+    if (h % group == 0)
+      for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        a.k_cache[size_t(p) * stride + size_t(j) * hd + i] = kn[i];
+        a.v_cache[size_t(p) * stride + size_t(j) * hd + i] = a.v[size_t(j) * hd + i];
+      }
+#pragma unroll
+    for (int k = 0; k < kPos / 8; ++k)
+      if (first + k == p)
+#pragma unroll
+        for (int c = 0; c < kFusedNc; ++c)
+          if (c < nc && lane + 32 * c < hd) kv[k][c] = kn[lane + 32 * c];
+  }
+  const float scale = 1.0f / sqrtf(float(hd));
+  float* s = a.scores + size_t(h) * a.max_ctx;
+#pragma unroll
+  for (int k = 0; k < kPos / 8; ++k) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kFusedNc; ++c)
+      if (c < nc && lane + 32 * c < hd) acc = fmaf(q[lane + 32 * c], kv[k][c], acc);
+    acc = warp_butterfly(acc);
+    if (lane == 0 && first + k <= p) s[first + k] = acc * scale;
+  }
+}
+
 // Softmax and the weighted sum of V: blocks over (token x head, 64 dims). Each block takes the
 // max, makes e = exp(s - max) into shared memory and the canonical sum Z (warp 0: lane =
 // position mod 32), then thread i runs the position-ordered chain over V[., i].
@@ -174,17 +247,43 @@ constexpr size_t kVRingBytes = size_t(kVStages) * kVPos * kDims * 4;
 
 __global__ void __launch_bounds__(kVThreads) softmax_v_ring_kernel(AttnArgs a, int skip) {
   pdl_trigger();
-  pdl_wait();
-  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
   extern __shared__ __align__(16) float sm[];
   float* ring = sm;                                  // [kVStages][kVPos][kDims]
   float* e = sm + size_t(kVStages) * kVPos * kDims;  // [L] exp(s - max)
   __shared__ float slot[kVThreads / 32 + 1];
   const int t = blockIdx.x / a.h, h = blockIdx.x % a.h, hd = a.hd;
-  const int p = *a.pos + t;
-  if (p < 0 || p >= a.max_ctx) return;
-  const int L = p + 1, j = h / (a.h / a.hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int j = h / (a.h / a.hkv), d0 = blockIdx.y * kDims;
+  const size_t stride = size_t(a.hkv) * hd;
+  const float* vbase = a.v_cache + size_t(j) * hd + d0;
+  constexpr int kPieces = kVPos * kDims / 4;  // 16-byte pieces per chunk
+  auto issue = [&](int c, int lim) {  // chunk c's positions below lim
+    float* dst = ring + size_t(c % kVStages) * kVPos * kDims;
+    for (int k = tid; k < kPieces; k += kVThreads) {
+      const int pos = k / (kDims / 4), part = k % (kDims / 4);
+      const int tau = c * kVPos + pos;
+      if (tau < lim && d0 + 4 * part < hd) async_copy16(dst + pos * kDims + 4 * part, vbase + size_t(tau) * stride + 4 * part);
+    }
+  };
+  // One token with early reads (AttnArgs::early): the first chunks of V before the new
+  // position stream in before the wait; the new row (written by the scores kernel) after it.
+  int p = 0;
+  if (a.early) {
+    p = *a.pos;
+#pragma unroll
+    for (int c = 0; c < kVStages - 1; ++c) {
+      issue(c, p);
+      async_commit();
+    }
+  }
+  pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+  if (!a.early) p = *a.pos + t;
+  if (p < 0 || p >= a.max_ctx) {
+    async_wait_all();
+    return;
+  }
+  const int L = p + 1;
   const float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
   float mx = -INFINITY;
   for (int tau = tid; tau < L; tau += kVThreads) mx = fmaxf(mx, s[tau]);
@@ -202,28 +301,22 @@ __global__ void __launch_bounds__(kVThreads) softmax_v_ring_kernel(AttnArgs a, i
     if (lane == 0) slot[kVThreads / 32] = z;
   }
   // (the barrier at the first chunk publishes Z)
-  const int d0 = blockIdx.y * kDims;
-  const size_t stride = size_t(a.hkv) * hd;
-  const float* vbase = a.v_cache + size_t(j) * hd + d0;
   const int nchunks = (L + kVPos - 1) / kVPos;
-  constexpr int kPieces = kVPos * kDims / 4;  // 16-byte pieces per chunk
-  auto issue = [&](int c) {
-    float* dst = ring + size_t(c % kVStages) * kVPos * kDims;
-    for (int k = tid; k < kPieces; k += kVThreads) {
-      const int pos = k / (kDims / 4), part = k % (kDims / 4);
-      const int tau = c * kVPos + pos;
-      if (tau < L && d0 + 4 * part < hd) async_copy16(dst + pos * kDims + 4 * part, vbase + size_t(tau) * stride + 4 * part);
-    }
-  };
+  if (!a.early) {
 #pragma unroll
-  for (int c = 0; c < kVStages - 1; ++c) {
-    if (c < nchunks) issue(c);
-    async_commit();
+    for (int c = 0; c < kVStages - 1; ++c) {
+      issue(c, L);
+      async_commit();
+    }
+  } else if (p / kVPos < kVStages - 1) {  // the new row's chunk was issued early without it
+    float* dst = ring + size_t(p / kVPos) * kVPos * kDims + (p % kVPos) * kDims;
+    for (int k = tid; k < kDims; k += kVThreads)
+      if (d0 + k < hd) dst[k] = vbase[size_t(p) * stride + k];
   }
   float acc = 0.0f;
   const int i = d0 + tid;
   for (int c = 0; c < nchunks; ++c) {
-    if (c + kVStages - 1 < nchunks) issue(c + kVStages - 1);
+    if (c + kVStages - 1 < nchunks) issue(c + kVStages - 1, L);
     async_commit();
     async_wait_group<kVStages - 1>();  // this thread's pieces of chunk c have landed
     __syncthreads();                   // and everyone's
@@ -250,8 +343,17 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   const size_t smem = size_t(a.hd + 32) * 4;
   const dim3 grid(a.T * a.h, (a.max_ctx + kPos - 1) / kPos);
   const int skip = lab_skip("attn") ? 1 : 0;
-  launch_kernel(append_kernel, a.T * a.hkv, 256, smem, s, a);
-  launch_kernel(scores_kernel, grid, 256, smem, s, a, skip);
+  // Decode: the append and the scores in one kernel (DELTAQ_ATTN_FUSED=0: the two kernels).
+  static const char* fused_env = std::getenv("DELTAQ_ATTN_FUSED");
+  static const bool fused_on = !(fused_env && fused_env[0] == '0');
+  AttnArgs b = a;
+  if (fused_on && a.T == 1 && a.hd <= 32 * kFusedNc) {
+    launch_kernel(scores_append_kernel, grid, 256, size_t(2 * a.hd + 32) * 4, s, b, skip);
+  } else {
+    b.early = false;
+    launch_kernel(append_kernel, a.T * a.hkv, 256, smem, s, b);
+    launch_kernel(scores_kernel, grid, 256, smem, s, b, skip);
+  }
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
@@ -263,10 +365,10 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   static const bool ring_on = !(ring_env && ring_env[0] == '0');
   const size_t ring_smem = kVRingBytes + size_t(a.max_ctx) * 4;
   if (ring_on && ring_smem <= 225 * 1024) {
-    launch_kernel(softmax_v_ring_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kVThreads, ring_smem, s, a, skip);
+    launch_kernel(softmax_v_ring_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kVThreads, ring_smem, s, b, skip);
     return;
   }
-  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, a, skip);
+  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, b, skip);
 }
 
 }  // namespace dq::cuda

@@ -142,7 +142,7 @@ class CudaQueue : public Queue {
     capture_ = g.get();
     // A graph starts on an idle stream: inside it, the first GDN op on each state reads early.
     std::set<const void*> outside;
-    outside.swap(gdn_states_);
+    outside.swap(early_states_);
     const bool outside_replayed = no_early_;
     no_early_ = false;
     struct Restore {
@@ -150,7 +150,7 @@ class CudaQueue : public Queue {
       std::set<const void*>* outside;
       bool replayed;
       ~Restore() {
-        q->gdn_states_.swap(*outside);
+        q->early_states_.swap(*outside);
         q->no_early_ = replayed;
       }
     } restore{this, &outside, outside_replayed};
@@ -180,7 +180,7 @@ class CudaQueue : public Queue {
     staging_used_ = 0;
     if (e == cudaSuccess)
       for (const StagedRead& r : staged) std::memcpy(r.host, staging_ + r.offset, r.bytes);
-    gdn_states_.clear();
+    early_states_.clear();
     no_early_ = false;
     float gpu_ms = 0;
     if (e == cudaSuccess) cudaEventElapsedTime(&gpu_ms, ev_start_, ev_end_);
@@ -292,7 +292,7 @@ class CudaQueue : public Queue {
     // Early state reads: only the first GDN op on this state since the stream was last idle,
     // and none after a graph replay, a memset or a copy in the same stage (a programmatic
     // launch is early only against a kernel: keep to the case that is certain).
-    a.early = !no_early_ && gdn_states_.insert(a.S).second;
+    a.early = !no_early_ && early_states_.insert(a.S).second;
     launch_gdn(a, stream_);
   }
   void launch_one(const op::AttnCore& o) {
@@ -300,6 +300,10 @@ class CudaQueue : public Queue {
                o.qg.as<float>(), o.k.as<float>(), o.v.as<float>(), o.q_norm.as<float>(), o.k_norm.as<float>(),
                o.rope_cos.as<float>(), o.rope_sin.as<float>(), o.k_cache.as<float>(), o.v_cache.as<float>(),
                o.scores.as<float>(), o.out.as<float>(), o.pos.as<int32_t>(), o.n_tokens, err_dev_};
+    // Early cache reads as for GDN: the first attention op on this cache since the stream was
+    // idle, with no position advance in between (the decode kernels only, one token).
+    const bool first_on_cache = early_states_.insert(a.k_cache).second;
+    a.early = !no_early_ && o.n_tokens == 1 && first_on_cache && !early_states_.count(a.pos);
     launch_attn(a, stream_);
   }
   void launch_one(const op::Argmax& o) {
@@ -334,7 +338,10 @@ class CudaQueue : public Queue {
                        o.out2 ? o.out2.as<int32_t>() : nullptr, o.total ? o.total.as<double>() : nullptr, draw_scratch_,
                        num_sms_, stream_);
   }
-  void launch_one(const op::AdvancePos& o) { launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_); }
+  void launch_one(const op::AdvancePos& o) {
+    early_states_.insert(o.pos.as<int32_t>());  // no early position reads after this in the stage
+    launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_);
+  }
   void launch_one(const op::Zero& o) {
     no_early_ = true;
     DQ_CUDA_CHECK(cudaMemsetAsync(o.buf->ptr, 0, o.buf->bytes, stream_));
@@ -407,7 +414,7 @@ class CudaQueue : public Queue {
   uint8_t* staging_ = nullptr;      // pinned: the stage's small reads land here
   size_t staging_used_ = 0;
   std::vector<StagedRead> staged_;  // copied to their destinations at the wait
-  std::set<const void*> gdn_states_;          // GDN states launched since the stream was idle
+  std::set<const void*> early_states_;  // GDN states, KV caches, positions: ops on them since the stream was idle
   bool no_early_ = false;  // since the last wait: a graph replay, a memset or a copy (not kernels)
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
   void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums

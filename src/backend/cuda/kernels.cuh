@@ -77,6 +77,10 @@ struct AttnArgs {
   const int32_t* pos;
   int T;
   DeviceError* err;
+  // Set by the queue when no op in flight can write this cache or the position (none on them
+  // since the stream was last idle): the decode kernels then read the position and the cache
+  // rows before the new one before their programmatic wait.
+  bool early = false;
 };
 void launch_attn(const AttnArgs& a, cudaStream_t s);
 
