@@ -38,6 +38,7 @@ Command add_bench(CLI::App& app) {
             for (int i = 0; i < *tokens; ++i) e->step_greedy();
             double s = std::chrono::duration<double>(clk::now() - t0).count();
             const int end_pos = e->position();
+            e->sync();  // the step issued ahead of the last result (not counted)
             const size_t rss = peak_rss_bytes();
             // Sampled decoding as the generator does it: temperature 0.7, top_p 0.9 (the top 256 logits
             // and the row's weight sum come back; the whole row too when the top_p mass is wider, as

@@ -4,6 +4,7 @@
 // DELTAQ_TRACE=1 prints one line per wait: ops, device time, wall time.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,15 @@ class Queue {
   virtual ~Queue() = default;
   virtual void go(Op op) = 0;
   virtual void wait() = 0;
+
+  // Partial waits: mark() names the point after the ops issued so far (a number that grows);
+  // wait_for(m) blocks until the ops issued before mark m are done — their reads delivered,
+  // their buffers released, their errors rethrown — while ops issued after it may go on
+  // running. wait() is wait_for(mark()). On a backend that overlaps(), ops run while the host
+  // goes on, so issuing the next step before waiting for this one keeps the device busy.
+  virtual uint64_t mark() = 0;
+  virtual void wait_for(uint64_t mark) = 0;
+  virtual bool overlaps() const { return false; }
 
   // Records the ops `issue` enqueues (they do not run now) into a graph.
   virtual std::unique_ptr<Graph> capture(const std::function<void()>& issue) = 0;

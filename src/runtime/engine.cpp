@@ -64,6 +64,7 @@ Engine::~Engine() {
 }
 
 void Engine::reset() {
+  ahead_ = fed_ahead_ = false;  // a step issued ahead completes in the wait below, unaccounted
   history_ok_ = false;
   model_->reset(*q_, state_);
   q_->wait();
@@ -80,7 +81,44 @@ void Engine::wait_fed(std::span<const int32_t> fed) {
   history_ok_ = true;
 }
 
+void Engine::settle() {
+  if (!ahead_) return;
+  ahead_ = false;
+  history_ok_ = false;
+  q_->wait_for(ahead_mark_);
+  pos_ += 1;
+  history_.push_back(last_next_);
+  last_next_ = ahead_next_[ahead_slot_];
+  history_ok_ = true;
+}
+
+bool Engine::consume_ahead(int32_t token) {
+  settle();
+  if (!fed_ahead_) return false;
+  fed_ahead_ = false;
+  if (history_.back() == token) return true;
+  // Another token than the one fed ahead: the state again without it.
+  std::vector<int32_t> h(history_.begin(), history_.end() - 1);
+  reset();
+  if (!h.empty()) feed(h);
+  return false;
+}
+
+void Engine::issue_ahead() {
+  q_->replay(*step_graph_);
+  ahead_slot_ ^= 1;
+  q_->go(op::Read{act1_.next.buf, 0, 4, &ahead_next_[ahead_slot_]});
+  ahead_mark_ = q_->mark();
+  ahead_ = fed_ahead_ = true;
+}
+
+void Engine::sync() {
+  settle();
+  fed_ahead_ = false;
+}
+
 int Engine::reuse_prefix(std::span<const int32_t> ids) {
+  sync();  // the history (with any token fed ahead) is what the caller matches
   const size_t h = history_.size();
   if (history_ok_ && h > 0 && h < ids.size() && int(h) == pos_ && std::equal(history_.begin(), history_.end(), ids.begin()))
     return int(h);
@@ -120,8 +158,16 @@ std::vector<float> Engine::score(std::span<const int32_t> ids) {
 }
 
 int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logits) {
-  check_ids(ids);
   if (ids.empty()) fail("nothing to feed: the prompt has no tokens");
+  check_ids(ids.subspan(fed_ahead_ ? 1 : 0));
+  if (consume_ahead(ids[0])) {  // the first token is in the state already
+    ids = ids.subspan(1);
+    if (ids.empty()) {
+      if (last_logits) read_logits(last_logits);
+      return last_next_;
+    }
+  }
+  check_ids(ids);
   int32_t next = 0;
   for (size_t i = 0; i < ids.size(); i += act_.max_tokens) {
     int n = int(std::min<size_t>(act_.max_tokens, ids.size() - i));
@@ -140,6 +186,10 @@ int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logi
 }
 
 int32_t Engine::step(int32_t token, std::vector<float>* logits) {
+  if (consume_ahead(token)) {
+    if (logits) read_logits(logits);
+    return last_next_;
+  }
   const int32_t one[1] = {token};
   check_ids(one);
   write_tokens(act1_, one);
@@ -147,9 +197,37 @@ int32_t Engine::step(int32_t token, std::vector<float>* logits) {
 }
 
 int32_t Engine::step_greedy() {
-  if (pos_ + 1 > max_ctx())
-    fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
-  return run_step(nullptr, last_next_);  // the device already holds it as the step's input
+  if (!step_graph_ || !q_->overlaps()) {
+    settle();
+    if (pos_ + 1 > max_ctx())
+      fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
+    return run_step(nullptr, last_next_);  // the device already holds it as the step's input
+  }
+  if (!fed_ahead_) {  // the step feeding the last argmax (on the device already) is not issued yet
+    if (pos_ + 1 > max_ctx())
+      fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
+    issue_ahead();
+  }
+  if (!ahead_) {  // it was issued and another call settled it: its result is last_next_
+    fed_ahead_ = false;
+    if (pos_ + 1 <= max_ctx()) issue_ahead();
+    return last_next_;
+  }
+  // A step is in flight: the one after it goes in now (its input is that step's argmax, on
+  // the device), then the host waits for the first only.
+  const uint64_t m = ahead_mark_;
+  const int slot = ahead_slot_;
+  const bool more = pos_ + 2 <= max_ctx();
+  if (more) issue_ahead();
+  ahead_ = false;
+  history_ok_ = false;
+  q_->wait_for(m);
+  pos_ += 1;
+  history_.push_back(last_next_);
+  last_next_ = ahead_next_[slot];
+  history_ok_ = true;
+  ahead_ = fed_ahead_ = more;
+  return last_next_;
 }
 
 void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vector<float>* vals, double* total,
@@ -163,7 +241,7 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
   ids->resize(size_t(n));
   vals->resize(size_t(n));
   int32_t next = 0;
-  issue_step(token, &next);
+  const bool fresh = issue_step(token, &next);
   q_->go(op::TopK{act1_.logits, V, n, Ref{top_ids_}, Ref{top_vals_}});
   q_->go(op::Read{top_ids_, 0, size_t(n) * 4, ids->data()});
   q_->go(op::Read{top_vals_, 0, size_t(n) * 4, vals->data()});
@@ -172,31 +250,42 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
     q_->go(op::SampleDraw{act1_.logits, V, temperature, 0.0f, 0.0, Ref{}, Ref{}, Ref{total_}});
     q_->go(op::Read{total_, 0, 8, total});
   }
-  wait_fed(std::span<const int32_t>(&token, 1));
+  finish_step(fresh, token);
   last_next_ = next;
 }
 
 int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double u) {
   if (!drawn_) drawn_ = be_->alloc(4, "drawn");
   int32_t next = 0, id = -1;
-  issue_step(token, &next);
+  const bool fresh = issue_step(token, &next);
   q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, Ref{}, Ref{}});
   q_->go(op::Read{drawn_, 0, 4, &id});
-  wait_fed(std::span<const int32_t>(&token, 1));
+  finish_step(fresh, token);
   last_next_ = next;
   return id;
 }
 
-void Engine::issue_step(int32_t token, int32_t* next) {
-  const int32_t one[1] = {token};
-  check_ids(one);
-  write_tokens(act1_, one);
-  if (step_graph_) q_->replay(*step_graph_);
-  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+bool Engine::issue_step(int32_t token, int32_t* next) {
+  const bool fed = consume_ahead(token);
+  if (!fed) {
+    const int32_t one[1] = {token};
+    check_ids(one);
+    write_tokens(act1_, one);
+    if (step_graph_) q_->replay(*step_graph_);
+    else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+  }
   q_->go(op::Read{act1_.next.buf, 0, 4, next});
+  return !fed;
+}
+
+void Engine::finish_step(bool fresh, int32_t token) {
+  if (fresh) wait_fed(std::span<const int32_t>(&token, 1));
+  else q_->wait();
 }
 
 void Engine::read_logits(std::vector<float>* logits) {
+  settle();
+  if (fed_ahead_) fail("read_logits: the last step_greedy() result was already fed ahead (its logits are gone)");
   logits->resize(config().vocab_size);
   q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
   q_->wait();

@@ -55,8 +55,16 @@ class Engine {
   int32_t feed(std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr);
   // One decode step (the recorded graph): feeds one token, returns the argmax of the next.
   int32_t step(int32_t token, std::vector<float>* logits = nullptr);
-  // One greedy decode step whose input is the previous argmax, already on the device.
+  // One greedy decode step whose input is the previous argmax, already on the device. On a
+  // backend whose queue overlaps (CUDA), the step that feeds the returned token is issued before
+  // this returns (the device never waits for the host between tokens): the state then holds
+  // that token too, which history() shows once any other call has waited for it. A later call
+  // that feeds the same token takes that step's result; one that feeds another token rebuilds
+  // the state without it (a prefill of the history).
   int32_t step_greedy();
+  // Waits for a step step_greedy() issued ahead: the history then ends with the token it fed
+  // (what later calls continue from).
+  void sync();
   // One decode step that brings back only the n largest logits (op::TopK: ids and values,
   // descending, ties by the lower id; n <= 256) instead of the whole row; with `total`, also the
   // row's weight sum at `temperature` (op::SampleDraw's total, for top-p).
@@ -75,7 +83,18 @@ class Engine {
   void check_ids(std::span<const int32_t> ids) const;
   int32_t run_step(std::vector<float>* logits, int32_t token);
   // Writes `token` as the step's input, issues the step and the read of its argmax into *next.
-  void issue_step(int32_t token, int32_t* next);
+  // Returns false (and issues only the read) when step_greedy() already fed `token` ahead.
+  bool issue_step(int32_t token, int32_t* next);
+  // Waits for the step step_greedy() issued ahead, if any, and accounts it (position, history).
+  void settle();
+  // Before a call feeds `token` next: settles; true when the state already holds `token` fed
+  // ahead (its step's results are the ones in act1_); rebuilds the state without the token
+  // fed ahead when it is another one.
+  bool consume_ahead(int32_t token);
+  // Issues the decode step fed from the device (the last argmax) and the read of its argmax.
+  void issue_ahead();
+  // The end of a step issued by issue_step: accounts it when it was new, else just waits.
+  void finish_step(bool fresh, int32_t token);
   // Waits for the stage that fed `fed` at position() (the state then holds them).
   void wait_fed(std::span<const int32_t> fed);
   void write_tokens(const Activations& a, std::span<const int32_t> ids);
@@ -95,6 +114,12 @@ class Engine {
   std::vector<int32_t> history_;  // tokens the state holds
   bool history_ok_ = true;        // false while (or after) a call that changes the state failed
   int32_t last_next_ = 0;         // the last argmax: step_greedy's input, already on the device
+  // The pipelined greedy decode (step_greedy on a queue that overlaps).
+  bool ahead_ = false;       // a step feeding last_next_ is issued and not yet waited for
+  bool fed_ahead_ = false;   // the state holds (or will) the last token step_greedy returned
+  uint64_t ahead_mark_ = 0;  // the queue mark after that step
+  int ahead_slot_ = 0;       // which of ahead_next_ its argmax lands in
+  int32_t ahead_next_[2] = {0, 0};
 };
 
 }  // namespace dq

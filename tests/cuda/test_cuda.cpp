@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../unit/parity_cases.h"
+#include "../unit/queue_cases.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "ops/reference.h"
@@ -133,6 +134,39 @@ TEST(CudaQueue, DeviceErrorsAreRethrownAtTheWaitWithTheOpName) {
   EXPECT_EQ(p, 3);
 }
 
+TEST(CudaQueue, PartialWaitsDeliverAndReleaseOnlyWhatIsBeforeTheMark) {
+  auto be = make_cuda_backend();
+  queue_cases::partial_waits(*be);
+  queue_cases::many_segments(*be);
+}
+
+// A device error in the first of two segments in flight: its wait rethrows it, the second is
+// dropped, and the queue works again.
+TEST(CudaQueue, DeviceErrorsInAPartialWait) {
+  auto be = make_cuda_backend();
+  auto q = be->make_queue();
+  Matrix t;
+  t.format = WFormat::F32;
+  t.rows = 10;
+  t.cols = 8;
+  t.w = be->alloc(320, "table");
+  Ref tok{be->alloc(4, "tok")}, out{be->alloc(32, "out")}, pos{be->alloc(4, "pos")};
+  op::Write w{tok.buf, 0, std::vector<uint8_t>(4)};
+  int32_t bad = 12;
+  std::memcpy(w.bytes.data(), &bad, 4);
+  q->go(std::move(w));
+  q->go(op::Embed{t, tok, out, 1});
+  const uint64_t m = q->mark();
+  q->go(op::AdvancePos{pos, 5});
+  EXPECT_THROW(q->wait_for(m), Error);
+  int32_t p = -1;
+  q->go(op::Zero{pos.buf});
+  q->go(op::AdvancePos{pos, 3});
+  q->go(op::Read{pos.buf, 0, 4, &p});
+  q->wait();
+  EXPECT_EQ(p, 3);
+}
+
 TEST(CudaQueue, GraphCaptureAndReplay) {
   auto be = make_cuda_backend();
   auto q = be->make_queue();
@@ -213,5 +247,68 @@ TEST(CudaModel, SameLogitsBytesAsTheCpu) {
       ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": decode step " << i;
       ASSERT_EQ(na, nb);
     }
+  }
+}
+
+// The pipelined greedy decode (CUDA issues the step feeding each returned token before
+// returning it) gives the CPU's ids; continuing with the returned token takes the step fed
+// ahead, another token rebuilds the state without it; the context's end is where the CPU's is.
+TEST(CudaModel, PipelinedGreedyDecodeEqualsTheCpu) {
+  for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
+    EngineOptions small;
+    small.max_ctx = 48;
+    auto cpu = Engine::open(dir, small);
+    EngineOptions o = small;
+    o.device = "cuda";
+    auto gpu = Engine::open(dir, o);
+    const int V = cpu->config().vocab_size;
+    std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+    int32_t a = cpu->feed(prompt), b = gpu->feed(prompt);
+    ASSERT_EQ(a, b);
+    for (int i = 0; i < 12; ++i) {
+      a = cpu->step_greedy();
+      b = gpu->step_greedy();
+      ASSERT_EQ(a, b) << dir << " greedy step " << i;
+    }
+    std::vector<float> la, lb;
+    a = cpu->step(a, &la);  // the token just returned: on CUDA it was fed ahead
+    b = gpu->step(b, &lb);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": the step fed ahead";
+    for (int i = 0; i < 4; ++i) {
+      a = cpu->step_greedy();
+      b = gpu->step_greedy();
+      ASSERT_EQ(a, b) << dir;
+    }
+    const int32_t other = (a + 1) % V;  // not the token returned: the state is rebuilt without it
+    a = cpu->step(other, &la);
+    b = gpu->step(other, &lb);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after the rebuild";
+    ASSERT_EQ(cpu->history(), gpu->history());
+    // Up to the end of the context: the same tokens, then the same error.
+    int made = 0;
+    for (;; ++made) {
+      bool cpu_full = false, gpu_full = false;
+      try {
+        a = cpu->step_greedy();
+      } catch (const Error&) {
+        cpu_full = true;
+      }
+      try {
+        b = gpu->step_greedy();
+      } catch (const Error&) {
+        gpu_full = true;
+      }
+      ASSERT_EQ(cpu_full, gpu_full) << dir << " at greedy step " << made;
+      if (cpu_full) break;
+      ASSERT_EQ(a, b) << dir << " greedy step " << made;
+    }
+    EXPECT_EQ(cpu->position(), small.max_ctx);
+    EXPECT_EQ(gpu->position(), small.max_ctx);
+    // Reuse of the history: the CUDA one ends with the last returned token (fed ahead)
+    // unless the context had no room for it.
+    gpu->sync();
+    EXPECT_EQ(gpu->history(), cpu->history());
   }
 }

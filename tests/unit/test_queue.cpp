@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "queue_cases.h"
 
 using namespace dq;
 
@@ -149,5 +150,13 @@ TEST(ThreadPool, CoversTheRangeOnce) {
       }, 8);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1);
     }
+  }
+}
+
+TEST(Queue, PartialWaitsDeliverAndReleaseOnlyWhatIsBeforeTheMark) {
+  for (CpuKernels k : {CpuKernels::Reference, CpuKernels::Auto}) {
+    auto be = make_cpu_backend(k, 2);
+    queue_cases::partial_waits(*be);
+    queue_cases::many_segments(*be);
   }
 }

@@ -53,6 +53,7 @@ class CpuQueue : public Queue {
     }
     if (pending_.empty()) stage_start_ = Clock::now();
     pending_.push_back(std::move(op));
+    ++issued_;
   }
 
   void replay(const Graph& g) override {
@@ -72,10 +73,19 @@ class CpuQueue : public Queue {
     return g;
   }
 
-  void wait() override {
-    if (pending_.empty()) return;
-    std::vector<Op> ops;
-    ops.swap(pending_);
+  void wait() override { wait_for(issued_); }
+
+  // Ops are numbered in issue order; mark m is the point after op m - 1.
+  uint64_t mark() override { return issued_; }
+
+  // Runs the pending ops issued before mark m (the rest stay pending).
+  void wait_for(uint64_t m) override {
+    const uint64_t first = issued_ - pending_.size();
+    if (m <= first) return;
+    const size_t count = size_t(std::min(m, issued_) - first);
+    std::vector<Op> ops(std::make_move_iterator(pending_.begin()),
+                        std::make_move_iterator(pending_.begin() + ptrdiff_t(count)));
+    pending_.erase(pending_.begin(), pending_.begin() + ptrdiff_t(count));
     std::exception_ptr err;
     const int n = int(ops.size());
     auto t0 = Clock::now();
@@ -92,13 +102,18 @@ class CpuQueue : public Queue {
     if (trace_.enabled())
       trace_.report(n, std::chrono::duration<double, std::milli>(t1 - t0).count(),
                     std::chrono::duration<double, std::milli>(t1 - stage_start_).count());
-    if (err) std::rethrow_exception(err);
+    stage_start_ = t1;
+    if (err) {
+      pending_.clear();  // the rest of the stage is skipped, as a whole wait would
+      std::rethrow_exception(err);
+    }
   }
 
  private:
   std::shared_ptr<CpuRunner> runner_;
   WaitTrace trace_;
-  std::vector<Op> pending_;
+  std::vector<Op> pending_;  // the last pending_.size() of the issued_ ops
+  uint64_t issued_ = 0;
   Clock::time_point stage_start_{};
   CpuGraph* capture_ = nullptr;
 };

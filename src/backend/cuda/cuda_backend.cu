@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <type_traits>
@@ -74,15 +76,14 @@ class CudaGraph : public Graph {
 
 class CudaBackend;
 
-// go() launches at once (asynchronously) on the queue's stream; wait() synchronises, releases
-// the ops of the stage and rethrows launch errors and device-side input errors with the op name.
+// go() launches at once (asynchronously) on the queue's stream; mark() closes a segment of ops
+// (an event after them); wait_for() synchronises on a segment's event, releases its ops and
+// rethrows launch errors and device-side input errors with the op names; wait() does both.
 class CudaQueue : public Queue {
  public:
   CudaQueue(int num_sms, DeviceError* err_dev) : num_sms_(num_sms), err_dev_(err_dev), trace_("cuda") {
     DQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    DQ_CUDA_CHECK(cudaEventCreate(&ev_start_));
-    DQ_CUDA_CHECK(cudaEventCreate(&ev_end_));
-    DQ_CUDA_CHECK(cudaMallocHost(&err_host_, sizeof(DeviceError)));
+    DQ_CUDA_CHECK(cudaMallocHost(&err_host_, kSegmentsMax * sizeof(DeviceError)));
     DQ_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     DQ_CUDA_CHECK(cudaMalloc(&argmax_key_, sizeof(unsigned long long)));
     DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
@@ -95,8 +96,9 @@ class CudaQueue : public Queue {
     cudaStreamSynchronize(stream_);
     if (profile_) print_profile();
     timeline_dump();
-    cudaEventDestroy(ev_start_);
-    cudaEventDestroy(ev_end_);
+    for (Segment& g : inflight_) release_events(g);
+    release_events(cur_);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaFreeHost(err_host_);
     cudaFreeHost(staging_);
     cudaFree(argmax_key_);
@@ -112,7 +114,7 @@ class CudaQueue : public Queue {
       capture_->ops.push_back(std::move(op));
       return;
     }
-    begin_stage();
+    open_segment();
     if (profile_) {
       cudaEvent_t a, b;
       cudaEventCreate(&a);
@@ -124,17 +126,46 @@ class CudaQueue : public Queue {
     } else {
       launch(op);
     }
-    stage_.push_back(std::move(op));
-    ++n_ops_;
+    cur_.ops.push_back(std::move(op));
+    ++cur_.n_ops;
   }
 
   void replay(const Graph& g) override {
-    begin_stage();
+    open_segment();
     no_early_ = true;
     const auto& cg = static_cast<const CudaGraph&>(g);
     DQ_CUDA_CHECK(cudaGraphLaunch(cg.exec, stream_));
-    n_ops_ += cg.n_ops();
+    cur_.n_ops += cg.n_ops();
   }
+
+  // DELTAQ_AHEAD=0 (an A/B knob): report no overlap, so the engine does not issue ahead.
+  bool overlaps() const override {
+    static const bool on = !(std::getenv("DELTAQ_AHEAD") && std::getenv("DELTAQ_AHEAD")[0] == '0');
+    return on;
+  }
+
+  // Closes the open segment: its end event, and the device-error record copied back in the
+  // stream right after it (so a wait for it is one synchronisation).
+  uint64_t mark() override {
+    if (!cur_open_) return last_mark_;
+    if (inflight_.size() >= kSegmentsMax) complete_front();
+    cur_.id = ++last_mark_;
+    cur_.err_slot = int(cur_.id % kSegmentsMax);
+    DQ_CUDA_CHECK(cudaMemcpyAsync(&err_host_[cur_.err_slot], err_dev_, sizeof(DeviceError), cudaMemcpyDeviceToHost,
+                                  stream_));
+    cur_.done = take_event();
+    DQ_CUDA_CHECK(cudaEventRecord(cur_.done, stream_));
+    inflight_.push_back(std::move(cur_));
+    cur_ = Segment{};
+    cur_open_ = false;
+    return last_mark_;
+  }
+
+  void wait_for(uint64_t m) override {
+    while (!inflight_.empty() && inflight_.front().id <= m) complete_front();
+  }
+
+  void wait() override { wait_for(mark()); }
 
   std::unique_ptr<Graph> capture(const std::function<void()>& issue) override {
     auto g = std::make_unique<CudaGraph>();
@@ -169,37 +200,79 @@ class CudaQueue : public Queue {
     return g;
   }
 
-  void wait() override {
-    if (!in_stage_) return;
-    // The device-error record comes back in the stage itself: one synchronisation per wait.
-    DQ_CUDA_CHECK(cudaMemcpyAsync(err_host_, err_dev_, sizeof(DeviceError), cudaMemcpyDeviceToHost, stream_));
-    DQ_CUDA_CHECK(cudaEventRecord(ev_end_, stream_));
-    cudaError_t e = cudaStreamSynchronize(stream_);
-    std::vector<StagedRead> staged;
-    staged.swap(staged_);
-    staging_used_ = 0;
-    if (e == cudaSuccess)
-      for (const StagedRead& r : staged) std::memcpy(r.host, staging_ + r.offset, r.bytes);
-    early_states_.clear();
-    no_early_ = false;
+ private:
+  // A segment: the ops between two marks, with what their completion must do.
+  struct StagedRead {
+    uint8_t* host;
+    size_t offset, bytes;
+  };
+  struct Segment {
+    uint64_t id = 0;
+    std::vector<Op> ops;             // kept alive until the segment is done
+    std::vector<StagedRead> reads;   // copied out of the staging ring then
+    size_t ring_bytes = 0;           // staging ring bytes the reads took
+    int n_ops = 0, err_slot = 0;
+    cudaEvent_t start = nullptr, done = nullptr;
+    Clock::time_point wall_start;
+  };
+
+  void open_segment() {
+    if (cur_open_) return;
+    cur_open_ = true;
+    cur_.wall_start = Clock::now();
+    cur_.start = take_event();
+    DQ_CUDA_CHECK(cudaEventRecord(cur_.start, stream_));
+  }
+
+  cudaEvent_t take_event() {
+    if (free_events_.empty()) {
+      cudaEvent_t e;
+      DQ_CUDA_CHECK(cudaEventCreate(&e));
+      return e;
+    }
+    cudaEvent_t e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+  void release_events(Segment& g) {
+    for (cudaEvent_t* e : {&g.start, &g.done})
+      if (*e) {
+        free_events_.push_back(*e);
+        *e = nullptr;
+      }
+  }
+
+  // Waits for the oldest segment in flight and finishes it: reads delivered, ops released,
+  // launch errors and device-side input errors rethrown with the op names. After an error
+  // the stream is drained and every segment dropped (the state is then unknown).
+  void complete_front() {
+    Segment g = std::move(inflight_.front());
+    inflight_.pop_front();
+    cudaError_t e = cudaEventSynchronize(g.done);
     float gpu_ms = 0;
-    if (e == cudaSuccess) cudaEventElapsedTime(&gpu_ms, ev_start_, ev_end_);
-    const double wall = std::chrono::duration<double, std::milli>(Clock::now() - wall_start_).count();
-    std::vector<Op> done;
-    done.swap(stage_);
-    const int n = n_ops_;
-    in_stage_ = false;
-    n_ops_ = 0;
+    if (e == cudaSuccess) {
+      for (const StagedRead& r : g.reads) std::memcpy(r.host, staging_ + r.offset, r.bytes);
+      cudaEventElapsedTime(&gpu_ms, g.start, g.done);
+    }
+    ring_used_ -= g.ring_bytes;
+    release_events(g);
+    if (inflight_.empty() && !cur_open_) {  // the stream is idle
+      early_states_.clear();
+      no_early_ = false;
+      ring_head_ = 0;
+    }
+    const double wall = std::chrono::duration<double, std::milli>(Clock::now() - g.wall_start).count();
     if (e != cudaSuccess) {
+      drop_all();
       std::string names;
-      for (const Op& o : done) names += std::string(names.empty() ? "" : ", ") + op_name(o);
+      for (const Op& o : g.ops) names += std::string(names.empty() ? "" : ", ") + op_name(o);
       fail("CUDA error during the stage [{}]: {}", names.empty() ? "graph replay" : names, cudaGetErrorString(e));
     }
-    if (profile_) collect_profile();
-    trace_.report(n, gpu_ms, wall);
-    // Device-side input errors, with the op that raised them.
-    if (err_host_->code != kErrNone) {
-      DeviceError d = *err_host_;
+    if (profile_ && inflight_.empty()) collect_profile();
+    trace_.report(g.n_ops, gpu_ms, wall);
+    const DeviceError d = err_host_[g.err_slot];
+    if (d.code != kErrNone) {
+      drop_all();
       DQ_CUDA_CHECK(cudaMemset(err_dev_, 0, sizeof(DeviceError)));
       if (d.code == kErrTokenRange) fail("embed: token id {} out of range [0, {})", d.a, d.b);
       if (d.code == kErrContextFull) fail("attn_core: position {} is past the context of {} tokens", d.a, d.b);
@@ -207,12 +280,30 @@ class CudaQueue : public Queue {
     }
   }
 
- private:
-  void begin_stage() {
-    if (in_stage_) return;
-    in_stage_ = true;
-    wall_start_ = Clock::now();
-    DQ_CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
+  void drop_all() {
+    cudaStreamSynchronize(stream_);
+    for (Segment& g : inflight_) release_events(g);
+    inflight_.clear();
+    ring_used_ = 0;
+    ring_head_ = 0;
+    early_states_.clear();
+    no_early_ = false;
+  }
+
+  // A place for `bytes` in the pinned staging ring (segments free theirs in order), or
+  // nullopt when it is full.
+  std::optional<size_t> ring_alloc(size_t bytes) {
+    const size_t n = (bytes + 15) / 16 * 16;
+    size_t at = ring_head_, take = n;
+    if (at + n > kStagingBytes) {  // wrap: the ring's tail end is skipped
+      take += kStagingBytes - at;
+      at = 0;
+    }
+    if (n > kStagingBytes || ring_used_ + take > kStagingBytes) return std::nullopt;
+    ring_used_ += take;
+    cur_.ring_bytes += take;
+    ring_head_ = (at + n) % kStagingBytes;
+    return at;
   }
 
   // The output head gets its own row in the profile (it is a quarter of the bytes).
@@ -357,13 +448,12 @@ class CudaQueue : public Queue {
     const uint8_t* src = static_cast<const uint8_t*>(o.src->ptr) + o.offset_bytes;
     // Small reads (a token id, top-k lists) go to pinned staging and are copied out at the
     // wait: a copy into pageable memory would block the host until the stream got there.
-    const size_t at = (staging_used_ + 15) / 16 * 16;
-    if (!capture_ && at + o.bytes <= kStagingBytes) {
-      DQ_CUDA_CHECK(cudaMemcpyAsync(staging_ + at, src, o.bytes, cudaMemcpyDeviceToHost, stream_));
-      staged_.push_back({static_cast<uint8_t*>(o.host), at, o.bytes});
-      staging_used_ = at + o.bytes;
-      return;
-    }
+    if (!capture_ && o.bytes <= kStagingBytes / 4)
+      if (const auto at = ring_alloc(o.bytes)) {
+        DQ_CUDA_CHECK(cudaMemcpyAsync(staging_ + *at, src, o.bytes, cudaMemcpyDeviceToHost, stream_));
+        cur_.reads.push_back({static_cast<uint8_t*>(o.host), *at, o.bytes});
+        return;
+      }
     DQ_CUDA_CHECK(cudaMemcpyAsync(o.host, src, o.bytes, cudaMemcpyDeviceToHost, stream_));
   }
 
@@ -406,14 +496,15 @@ class CudaQueue : public Queue {
   DeviceError* err_host_ = nullptr;
   unsigned long long* argmax_key_ = nullptr;  // argmax scratch (fixed address: graphs use it)
   unsigned* gdn_counters_ = nullptr;          // the split GDN kernel's per-head arrivals (same)
-  struct StagedRead {
-    uint8_t* host;
-    size_t offset, bytes;
-  };
   static constexpr size_t kStagingBytes = 64 * 1024;
-  uint8_t* staging_ = nullptr;      // pinned: the stage's small reads land here
-  size_t staging_used_ = 0;
-  std::vector<StagedRead> staged_;  // copied to their destinations at the wait
+  static constexpr size_t kSegmentsMax = 16;  // in flight at once (each has a pinned error record)
+  uint8_t* staging_ = nullptr;  // pinned ring: small reads land here, copied out at their wait
+  size_t ring_head_ = 0, ring_used_ = 0;
+  Segment cur_;  // the ops since the last mark
+  bool cur_open_ = false;
+  std::deque<Segment> inflight_;  // closed by a mark, not yet waited for
+  uint64_t last_mark_ = 0;
+  std::vector<cudaEvent_t> free_events_;
   std::set<const void*> early_states_;  // GDN states, KV caches, positions: ops on them since the stream was idle
   bool no_early_ = false;  // since the last wait: a graph replay, a memset or a copy (not kernels)
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
@@ -421,11 +512,6 @@ class CudaQueue : public Queue {
   size_t draw_bytes_ = 0;
   size_t topk_keys_ = 0;
   WaitTrace trace_;
-  cudaEvent_t ev_start_, ev_end_;
-  bool in_stage_ = false;
-  int n_ops_ = 0;
-  Clock::time_point wall_start_;
-  std::vector<Op> stage_;
   CudaGraph* capture_ = nullptr;
   bool profile_ = false;
   std::vector<Pending> pending_prof_;
