@@ -81,15 +81,24 @@ void Engine::wait_fed(std::span<const int32_t> fed) {
   history_ok_ = true;
 }
 
+void Engine::take_step_ahead(uint64_t mark, int slot) {
+  history_ok_ = false;  // stays false if the wait throws: the state is then unknown
+  try {
+    q_->wait_for(mark);
+  } catch (...) {
+    ahead_ = fed_ahead_ = false;
+    throw;
+  }
+  pos_ += 1;
+  history_.push_back(last_next_);
+  last_next_ = ahead_next_[slot];
+  history_ok_ = true;
+}
+
 void Engine::settle() {
   if (!ahead_) return;
   ahead_ = false;
-  history_ok_ = false;
-  q_->wait_for(ahead_mark_);
-  pos_ += 1;
-  history_.push_back(last_next_);
-  last_next_ = ahead_next_[ahead_slot_];
-  history_ok_ = true;
+  take_step_ahead(ahead_mark_, ahead_slot_);
 }
 
 bool Engine::consume_ahead(int32_t token) {
@@ -159,7 +168,6 @@ std::vector<float> Engine::score(std::span<const int32_t> ids) {
 
 int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logits) {
   if (ids.empty()) fail("nothing to feed: the prompt has no tokens");
-  check_ids(ids.subspan(fed_ahead_ ? 1 : 0));
   if (consume_ahead(ids[0])) {  // the first token is in the state already
     ids = ids.subspan(1);
     if (ids.empty()) {
@@ -214,19 +222,12 @@ int32_t Engine::step_greedy() {
     return last_next_;
   }
   // A step is in flight: the one after it goes in now (its input is that step's argmax, on
-  // the device), then the host waits for the first only.
+  // the device) when the context has room, then the host waits for the first only.
   const uint64_t m = ahead_mark_;
   const int slot = ahead_slot_;
-  const bool more = pos_ + 2 <= max_ctx();
-  if (more) issue_ahead();
-  ahead_ = false;
-  history_ok_ = false;
-  q_->wait_for(m);
-  pos_ += 1;
-  history_.push_back(last_next_);
-  last_next_ = ahead_next_[slot];
-  history_ok_ = true;
-  ahead_ = fed_ahead_ = more;
+  ahead_ = fed_ahead_ = false;
+  if (pos_ + 2 <= max_ctx()) issue_ahead();
+  take_step_ahead(m, slot);
   return last_next_;
 }
 

@@ -87,6 +87,8 @@ class Engine {
   bool issue_step(int32_t token, int32_t* next);
   // Waits for the step step_greedy() issued ahead, if any, and accounts it (position, history).
   void settle();
+  // The same for the step ending at `mark` (it fed last_next_; its argmax is ahead_next_[slot]).
+  void take_step_ahead(uint64_t mark, int slot);
   // Before a call feeds `token` next: settles; true when the state already holds `token` fed
   // ahead (its step's results are the ones in act1_); rebuilds the state without the token
   // fed ahead when it is another one.

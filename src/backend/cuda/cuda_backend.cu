@@ -94,7 +94,10 @@ class CudaQueue : public Queue {
   }
   ~CudaQueue() override {
     cudaStreamSynchronize(stream_);
-    if (profile_) print_profile();
+    if (profile_) {
+      collect_profile();
+      print_profile();
+    }
     timeline_dump();
     for (Segment& g : inflight_) release_events(g);
     release_events(cur_);
@@ -268,7 +271,7 @@ class CudaQueue : public Queue {
       for (const Op& o : g.ops) names += std::string(names.empty() ? "" : ", ") + op_name(o);
       fail("CUDA error during the stage [{}]: {}", names.empty() ? "graph replay" : names, cudaGetErrorString(e));
     }
-    if (profile_ && inflight_.empty()) collect_profile();
+    if (profile_ && inflight_.empty() && !cur_open_) collect_profile();  // every profiled op is done
     trace_.report(g.n_ops, gpu_ms, wall);
     const DeviceError d = err_host_[g.err_slot];
     if (d.code != kErrNone) {
