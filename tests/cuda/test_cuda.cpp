@@ -106,20 +106,24 @@ TEST(CudaQueue, DroppingHandlesBeforeTheWaitIsSafe) {
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0);
 }
 
-TEST(CudaQueue, DeviceErrorsAreRethrownAtTheWaitWithTheOpName) {
-  auto be = make_cuda_backend();
-  auto q = be->make_queue();
+// Issues an embedding of token `id` from a 10-row table (ids from 10 on raise a device error).
+static void issue_embed(Backend& be, Queue& q, int32_t id) {
   Matrix t;
   t.format = WFormat::F32;
   t.rows = 10;
   t.cols = 8;
-  t.w = be->alloc(320, "table");
-  Ref tok{be->alloc(4, "tok")}, out{be->alloc(32, "out")};
+  t.w = be.alloc(320, "table");
+  Ref tok{be.alloc(4, "tok")}, out{be.alloc(32, "out")};
   op::Write w{tok.buf, 0, std::vector<uint8_t>(4)};
-  int32_t bad = 77;
-  std::memcpy(w.bytes.data(), &bad, 4);
-  q->go(std::move(w));
-  q->go(op::Embed{t, tok, out, 1});
+  std::memcpy(w.bytes.data(), &id, 4);
+  q.go(std::move(w));
+  q.go(op::Embed{t, tok, out, 1});
+}
+
+TEST(CudaQueue, DeviceErrorsAreRethrownAtTheWaitWithTheOpName) {
+  auto be = make_cuda_backend();
+  auto q = be->make_queue();
+  issue_embed(*be, *q, 77);
   try {
     q->wait();
     FAIL() << "expected an error";
@@ -140,22 +144,13 @@ TEST(CudaQueue, PartialWaitsDeliverAndReleaseOnlyWhatIsBeforeTheMark) {
   queue_cases::many_segments(*be);
 }
 
-// A device error in the first of two segments in flight: its wait rethrows it, the second is
-// dropped, and the queue works again.
+// A device error before a mark, with ops issued after it: the partial wait rethrows it, and
+// the queue works again.
 TEST(CudaQueue, DeviceErrorsInAPartialWait) {
   auto be = make_cuda_backend();
   auto q = be->make_queue();
-  Matrix t;
-  t.format = WFormat::F32;
-  t.rows = 10;
-  t.cols = 8;
-  t.w = be->alloc(320, "table");
-  Ref tok{be->alloc(4, "tok")}, out{be->alloc(32, "out")}, pos{be->alloc(4, "pos")};
-  op::Write w{tok.buf, 0, std::vector<uint8_t>(4)};
-  int32_t bad = 12;
-  std::memcpy(w.bytes.data(), &bad, 4);
-  q->go(std::move(w));
-  q->go(op::Embed{t, tok, out, 1});
+  Ref pos{be->alloc(4, "pos")};
+  issue_embed(*be, *q, 12);
   const uint64_t m = q->mark();
   q->go(op::AdvancePos{pos, 5});
   EXPECT_THROW(q->wait_for(m), Error);

@@ -283,12 +283,13 @@ class CudaQueue : public Queue {
     }
   }
 
+  // After an error: drains the stream and forgets the segments in flight (the open one keeps
+  // its ops and its place in the staging ring; the stream is idle now).
   void drop_all() {
     cudaStreamSynchronize(stream_);
     for (Segment& g : inflight_) release_events(g);
     inflight_.clear();
-    ring_used_ = 0;
-    ring_head_ = 0;
+    ring_used_ = cur_.ring_bytes;
     early_states_.clear();
     no_early_ = false;
   }
@@ -384,8 +385,8 @@ class CudaQueue : public Queue {
               o.A_neg.as<float>(), o.dt_bias.as<float>(), o.norm.as<float>(), o.conv_state.as<float>(),
               o.S.as<float>(), o.out.as<float>(), o.conv_out.as<float>(), o.n_tokens, gdn_counters_};
     // Early state reads: only the first GDN op on this state since the stream was last idle,
-    // and none after a graph replay, a memset or a copy in the same stage (a programmatic
-    // launch is early only against a kernel: keep to the case that is certain).
+    // and none after a graph replay, a memset or a copy since then (a programmatic launch is
+    // early only against a kernel: keep to the case that is certain).
     a.early = !no_early_ && early_states_.insert(a.S).second;
     launch_gdn(a, stream_);
   }
@@ -509,7 +510,7 @@ class CudaQueue : public Queue {
   uint64_t last_mark_ = 0;
   std::vector<cudaEvent_t> free_events_;
   std::set<const void*> early_states_;  // GDN states, KV caches, positions: ops on them since the stream was idle
-  bool no_early_ = false;  // since the last wait: a graph replay, a memset or a copy (not kernels)
+  bool no_early_ = false;  // since the stream was idle: a graph replay, a memset or a copy (not kernels)
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
   void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums
   size_t draw_bytes_ = 0;
