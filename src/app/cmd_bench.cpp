@@ -17,7 +17,7 @@ Command add_bench(CLI::App& app) {
   auto no_graph = std::make_shared<bool>(false);
   f->add(cmd);
   cmd->add_flag("--no-graph", *no_graph, "issue the step's ops one by one instead of replaying the recorded graph "
-                                         "(with DELTAQ_PROFILE=1 on CUDA: a per-op time table)");
+                                         "(with DELTAQ_PROFILE=1: a per-op time table)");
   cmd->add_option("--tokens", *tokens, "decode steps to time")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prompt", *prompt, "prompt tokens fed first (prefill is timed too)")->check(CLI::Range(1, 1 << 20));
   return {cmd, [f, tokens, prompt, no_graph]() {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,27 @@ class Queue {
   virtual std::unique_ptr<Graph> capture(const std::function<void()>& issue) = 0;
   // Enqueues one run of a recorded graph, like go() does for one op.
   virtual void replay(const Graph& g) = 0;
+};
+
+// DELTAQ_PROFILE=1: per-op time, calls and the bytes of weights and state each op reads,
+// gathered by a backend's queue and printed at its end (both backends print the same table).
+class OpProfile {
+ public:
+  OpProfile();
+  bool enabled() const { return enabled_; }
+  // The op's row (the output head gets its own: it is a quarter of the bytes) and its bytes.
+  static const char* row_name(const Op& op);
+  static size_t bytes(const Op& op);
+  void add(const char* row, double ms, size_t bytes);
+  void print() const;
+
+ private:
+  struct Total {
+    double ms = 0, bytes = 0;
+    long n = 0;
+  };
+  bool enabled_;
+  std::map<std::string, Total> rows_;
 };
 
 // Per-wait trace line, shared by the backends.

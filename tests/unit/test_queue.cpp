@@ -160,3 +160,23 @@ TEST(Queue, PartialWaitsDeliverAndReleaseOnlyWhatIsBeforeTheMark) {
     queue_cases::many_segments(*be);
   }
 }
+
+TEST(Queue, ProfilePrintsOneRowPerOpAtTheEnd) {
+  setenv("DELTAQ_PROFILE", "1", 1);
+  auto be = make_cpu_backend(CpuKernels::Auto, 1);
+  ::testing::internal::CaptureStderr();
+  {
+    auto q = be->make_queue();
+    Ref pos{be->alloc(4, "pos")};
+    int32_t p = 0;
+    for (int i = 0; i < 3; ++i) q->go(op::AdvancePos{pos, 1});
+    q->go(op::Read{pos.buf, 0, 4, &p});
+    q->wait();
+    EXPECT_EQ(p, 3);
+  }  // the table comes at the queue's end
+  std::string err = ::testing::internal::GetCapturedStderr();
+  unsetenv("DELTAQ_PROFILE");
+  EXPECT_NE(err.find("calls"), std::string::npos) << err;
+  EXPECT_NE(err.find("advance_pos           3"), std::string::npos) << err;
+  EXPECT_NE(err.find("read                  1"), std::string::npos) << err;
+}

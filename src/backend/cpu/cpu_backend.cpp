@@ -45,6 +45,9 @@ class CpuQueue : public Queue {
  public:
   CpuQueue(std::shared_ptr<CpuRunner> runner, std::string name)
       : runner_(std::move(runner)), trace_(std::move(name)) {}
+  ~CpuQueue() override {
+    if (profile_.enabled()) profile_.print();
+  }
 
   void go(Op op) override {
     if (capture_) {
@@ -91,7 +94,14 @@ class CpuQueue : public Queue {
     auto t0 = Clock::now();
     for (const Op& op : ops) {
       try {
-        runner_->run(op);
+        if (profile_.enabled()) {
+          const auto a = Clock::now();
+          runner_->run(op);
+          profile_.add(OpProfile::row_name(op), std::chrono::duration<double, std::milli>(Clock::now() - a).count(),
+                       OpProfile::bytes(op));
+        } else {
+          runner_->run(op);
+        }
       } catch (const std::exception& e) {
         err = std::make_exception_ptr(Error(std::string(op_name(op)) + ": " + e.what()));
         break;
@@ -112,6 +122,7 @@ class CpuQueue : public Queue {
  private:
   std::shared_ptr<CpuRunner> runner_;
   WaitTrace trace_;
+  OpProfile profile_;  // DELTAQ_PROFILE=1
   std::vector<Op> pending_;  // the last pending_.size() of the issued_ ops
   uint64_t issued_ = 0;
   Clock::time_point stage_start_{};

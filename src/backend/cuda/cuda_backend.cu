@@ -89,14 +89,12 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
     DQ_CUDA_CHECK(cudaMalloc(&gdn_counters_, kGdnCounterSlots * sizeof(unsigned)));
     DQ_CUDA_CHECK(cudaMemset(gdn_counters_, 0, kGdnCounterSlots * sizeof(unsigned)));  // each GDN step leaves them 0
-    const char* p = std::getenv("DELTAQ_PROFILE");
-    profile_ = p && *p && std::strcmp(p, "0") != 0;
   }
   ~CudaQueue() override {
     cudaStreamSynchronize(stream_);
-    if (profile_) {
+    if (profile_.enabled()) {
       collect_profile();
-      print_profile();
+      profile_.print();
     }
     timeline_dump();
     for (Segment& g : inflight_) release_events(g);
@@ -118,14 +116,14 @@ class CudaQueue : public Queue {
       return;
     }
     open_segment();
-    if (profile_) {
+    if (profile_.enabled()) {
       cudaEvent_t a, b;
       cudaEventCreate(&a);
       cudaEventCreate(&b);
       cudaEventRecord(a, stream_);
       launch(op);
       cudaEventRecord(b, stream_);
-      pending_prof_.push_back({profile_name(op), a, b, op_bytes(op)});
+      pending_prof_.push_back({OpProfile::row_name(op), a, b, OpProfile::bytes(op)});
     } else {
       launch(op);
     }
@@ -271,7 +269,7 @@ class CudaQueue : public Queue {
       for (const Op& o : g.ops) names += std::string(names.empty() ? "" : ", ") + op_name(o);
       fail("CUDA error during the stage [{}]: {}", names.empty() ? "graph replay" : names, cudaGetErrorString(e));
     }
-    if (profile_ && inflight_.empty() && !cur_open_) collect_profile();  // every profiled op is done
+    if (profile_.enabled() && inflight_.empty() && !cur_open_) collect_profile();  // every profiled op is done
     trace_.report(g.n_ops, gpu_ms, wall);
     const DeviceError d = err_host_[g.err_slot];
     if (d.code != kErrNone) {
@@ -308,33 +306,6 @@ class CudaQueue : public Queue {
     cur_.ring_bytes += take;
     ring_head_ = (at + n) % kStagingBytes;
     return at;
-  }
-
-  // The output head gets its own row in the profile (it is a quarter of the bytes).
-  static const char* profile_name(const Op& op) {
-    if (const auto* p = std::get_if<op::Project>(&op); p && p->w[0].rows >= 65536) return "project_head";
-    return op_name(op);
-  }
-
-  static size_t op_bytes(const Op& op) {
-    return std::visit(
-        [](const auto& o) -> size_t {
-          using T = std::decay_t<decltype(o)>;
-          if constexpr (std::is_same_v<T, op::Project>) {
-            size_t b = 0;
-            for (int i = 0; i < o.n_out; ++i) b += o.w[i].bytes();
-            return b;
-          } else if constexpr (std::is_same_v<T, op::ProjectAdd>) {
-            return o.w.bytes();
-          } else if constexpr (std::is_same_v<T, op::SwiGLU>) {
-            return o.gate.bytes() + o.up.bytes();
-          } else if constexpr (std::is_same_v<T, op::GdnCore>) {
-            return size_t(o.d.n_v_heads) * o.d.k_dim * o.d.v_dim * 8;
-          } else {
-            return 0;
-          }
-        },
-        op);
   }
 
   void launch(const Op& op) {
@@ -467,31 +438,15 @@ class CudaQueue : public Queue {
     cudaEvent_t a, b;
     size_t bytes;
   };
-  struct Total {
-    double ms = 0;
-    double bytes = 0;
-    long n = 0;
-  };
   void collect_profile() {
     for (auto& p : pending_prof_) {
       float ms = 0;
       cudaEventElapsedTime(&ms, p.a, p.b);
-      Total& t = prof_[p.name];
-      t.ms += ms;
-      t.bytes += double(p.bytes);
-      t.n += 1;
+      profile_.add(p.name, ms, p.bytes);
       cudaEventDestroy(p.a);
       cudaEventDestroy(p.b);
     }
     pending_prof_.clear();
-  }
-  void print_profile() {
-    double total = 0;
-    for (auto& [n, t] : prof_) total += t.ms;
-    std::fprintf(stderr, "\n%-14s %8s %12s %10s %10s %8s\n", "op", "calls", "total ms", "us/call", "GB/s", "share");
-    for (auto& [n, t] : prof_)
-      std::fprintf(stderr, "%-14s %8ld %12.3f %10.2f %10.1f %7.1f%%\n", n.c_str(), t.n, t.ms, 1e3 * t.ms / t.n,
-                   t.bytes / (t.ms * 1e-3) / 1e9, 100.0 * t.ms / total);
   }
 
   cudaStream_t stream_ = nullptr;
@@ -517,9 +472,8 @@ class CudaQueue : public Queue {
   size_t topk_keys_ = 0;
   WaitTrace trace_;
   CudaGraph* capture_ = nullptr;
-  bool profile_ = false;
+  OpProfile profile_;
   std::vector<Pending> pending_prof_;
-  std::map<std::string, Total> prof_;
 };
 
 class CudaBackend : public Backend {
