@@ -1,11 +1,13 @@
 // The output head (and any very tall 4-bit product with K <= 2048): hundreds of thousands of
-// rows against one x. Here the time goes to the instructions per weight, not to x, so each lane
-// keeps its x units in registers for the whole launch (lane l owns units l, l+32, ... of every
-// row: the unit's integers, two words of q4.cuh make_unit_q4), and the weight words of the warp's next row are in flight while it
-// computes the current one. The first row's words are loaded before the programmatic-launch wait.
-// Same canonical order as ops/numerics.h affine_dot (and the other mat-vec kernels):
-// acc = chain over the lane's units of fmaf(scale, unit dot, acc), bias = chain over the lane's
-// groups of fmaf(bias, group sum, bias), y = butterfly(acc + bias). Bit-identical to the CPU.
+// rows against one x. Each lane keeps its x units in registers for the whole launch (lane l owns
+// units l, l+32, ... of every row: the unit's integers, two words of q4.cuh make_unit_q4). Two
+// kernels: for one token with K = 2048, head_pipe_kernel streams each SM's rows through a ring
+// of shared-memory stages (the default); otherwise head_kernel keeps the warp's next row in
+// registers while it computes the current one. Both start loading weights before the
+// programmatic-launch wait. Same canonical order as ops/numerics.h affine_dot (and the other
+// mat-vec kernels): acc = chain over the lane's units of fmaf(scale, unit dot, acc), bias =
+// chain over the lane's groups of fmaf(bias, group sum, bias), y = butterfly(acc + bias).
+// Bit-identical to the CPU.
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
 }
 
 // The pipelined head (T = 1): a block per SM streams its contiguous rows through a ring of
-// shared-memory stages with cp.async, kTiles rows per stage, so the bytes in flight do not
+// shared-memory stages with cp.async, kPipeRows rows per stage, so the bytes in flight do not
 // depend on registers (the register kernel above keeps only one row per warp in flight: about
 // 18 KB per SM, short of what the memory's latency needs). x's units and group sums are made in
 // shared memory as in the resident kernel, then each lane holds its own in registers (dot2_reg);
