@@ -425,6 +425,14 @@ inline void top_k_cases(std::vector<Target>& targets) {
     x[size_t(n / 2)] = -INFINITY;
     rows.push_back(x);
   }
+  // Rising (every value beats the kept ones), falling (none after the first k) and random rows.
+  std::vector<float> up(5000), down(5000), rnd(70000);
+  for (int i = 0; i < 5000; ++i) up[size_t(i)] = 0.01f * float(i), down[size_t(i)] = -0.01f * float(i);
+  uint32_t seed = 12345;
+  for (float& v : rnd) v = float((seed = seed * 1664525u + 1013904223u) >> 8) * 1e-6f - 8.0f;
+  rows.push_back(up);
+  rows.push_back(down);
+  rows.push_back(rnd);
   for (const auto& x : rows) {
     const int n = int(x.size());
     Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")};

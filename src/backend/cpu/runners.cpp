@@ -1,6 +1,8 @@
 // The two CPU runners: the scalar reference and the fast one (SIMD kernel set + thread pool).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/cpu_runner.h"
@@ -88,6 +90,48 @@ class FastRunner : public CpuRunner {
   template <class T>
   void exec(const T& o) {
     ref::run(o);
+  }
+
+  // Top-k in one pass with a running threshold: a key enters a k-long min-heap only when it
+  // beats the least kept, and a block of 64 whose largest value does not exceed the least kept
+  // value is skipped whole (a later equal value has the smaller key: keys carry their index,
+  // so they are unique). Then the k keys are sorted: the reference's keys in its order.
+  void exec(const op::TopK& o) {
+    ref::check_top_k(o);
+    const float* x = o.x.as<float>();
+    heap_.clear();
+    const auto least_first = std::greater<uint64_t>();
+    float thr = -INFINITY;  // the least kept value once the heap is full (NaN counts as -inf)
+    for (int b0 = 0; b0 < o.n; b0 += 64) {
+      const int b1 = std::min(o.n, b0 + 64);
+      if (int(heap_.size()) == o.k) {
+        float m = -INFINITY;
+        for (int i = b0; i < b1; ++i) m = x[i] > m ? x[i] : m;  // NaN is never the largest
+        if (!(m > thr)) continue;
+      }
+      for (int i = b0; i < b1; ++i) {
+        if (int(heap_.size()) < o.k) {
+          heap_.push_back(num::top_key(x[i], i));
+          std::push_heap(heap_.begin(), heap_.end(), least_first);
+          if (int(heap_.size()) < o.k) continue;
+        } else {
+          if (!(x[i] > thr)) continue;  // at most equal to the least kept, and later: smaller
+          const uint64_t key = num::top_key(x[i], i);
+          if (!(key > heap_.front())) continue;
+          std::pop_heap(heap_.begin(), heap_.end(), least_first);
+          heap_.back() = key;
+          std::push_heap(heap_.begin(), heap_.end(), least_first);
+        }
+        const float v = x[num::top_key_index(heap_.front())];
+        thr = std::isnan(v) ? -INFINITY : v;
+      }
+    }
+    std::sort(heap_.begin(), heap_.end(), std::greater<uint64_t>());
+    for (int i = 0; i < o.k; ++i) {
+      const int id = num::top_key_index(heap_[size_t(i)]);
+      o.ids.as<int32_t>()[i] = id;
+      o.vals.as<float>()[i] = x[id];
+    }
   }
 
   void exec(const op::Project& o) {
@@ -213,6 +257,7 @@ class FastRunner : public CpuRunner {
   const cpu::KernelSet* ks_;
   ThreadPool pool_;
   std::vector<float> xn_, u_, qn_, kn_;
+  std::vector<uint64_t> heap_;  // top_k's kept keys
   Prepared prep_[op::Project::kMax];
   int n_prep_ = 0;
 };
