@@ -3,12 +3,16 @@
 // kernel 2: per value head: q/k L2 norms, gates, the delta-rule update of S (fp32, in shared
 // memory while the head is processed), read-out and the gated RMSNorm. For ungrouped 128-dim
 // heads (0.8B, 2B) one fused kernel does both (fused_kernel below).
+#include <cooperative_groups.h>
+
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
 namespace dq::cuda {
+
+namespace cg = cooperative_groups;
 
 DQ_TIMELINE_FILE
 
@@ -262,12 +266,24 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
 // its CW lanes run the delta rule of their columns and store o before the gated RMSNorm; the
 // head's last block to arrive (a counter per head) normalises the head's 128 outputs in the
 // canonical order and resets the counter. Same arithmetic and order as fused_kernel.
-template <int KC, int SL, bool EARLY>
+//
+// CLUSTER (SL == 4, launched as clusters of the head's 4 blocks): no counter and no last block.
+// Each block pushes its 32 outputs into the shared memory of all four (distributed shared
+// memory), one cluster barrier, and every block normalises its own 32 from the head's 128 in the
+// same order; block sl keeps the conv state of q's and k's channels lane + 32 sl. The global
+// fence that made the state stores and the outputs visible before the count, and the last
+// block's reads through L2, leave the critical path.
+template <int KC, int SL, bool EARLY, bool CLUSTER = false>
 __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   constexpr int DK = 128, CW = DK / SL;
   static_assert(CW <= 32 && DK % SL == 0, "one lane per column");
+  static_assert(!CLUSTER || SL == 4, "the cluster finisher gives block sl the channels lane + 32 sl");
   pdl_trigger();
-  __shared__ float qn[DK], kn[DK];
+  // CLUSTER: this block has started (a block's shared memory may be written by the others only
+  // then); waited for just before the first remote store, long after every block arrived.
+  if constexpr (CLUSTER) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  __shared__ __align__(16) float qn[DK], kn[DK];  // read four at a time by the delta rule
+  __shared__ float o_all[CLUSTER ? DK : 1];  // CLUSTER: the head's outputs, pushed by its blocks
   __shared__ __align__(16) float scol[DK][CW];  // the slice of S, copied in while the conv runs
   const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = a.hv;
   const int C = 3 * H * DK;
@@ -299,7 +315,10 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   // EARLY (GdnArgs::early): nothing since the stream was idle writes S or the conv state, so
   // both are read while the previous kernel still runs (2.3% faster decode on the H200).
   if (!EARLY) pdl_wait();
-  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
+  if (skip) {  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
+    if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    return;
+  }
   for (int e = lane; e < DK * CW / 4; e += 32) {
     const int i = e / (CW / 4), part = e % (CW / 4);
     async_copy16(&scol[i][4 * part], Sg + size_t(i) * DK + 4 * part);
@@ -364,25 +383,72 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   async_wait_all();
   __syncwarp();
   DQ_MARK();
+  if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // all started
   if (owner) {  // delta_rule_column's arithmetic, the column in shared memory
+    // q and k in 16-byte loads (one instead of four per row: a single warp issues every
+    // instruction of this phase, so their count is its time); the same chains, i increasing.
+    const float4* kn4 = reinterpret_cast<const float4*>(kn);
+    const float4* qn4 = reinterpret_cast<const float4*>(qn);
     float m = 0.0f;
-#pragma unroll 16
-    for (int i = 0; i < DK; ++i) {
-      const float c = alpha * scol[i][lane];
-      scol[i][lane] = c;
-      m = fmaf(c, kn[i], m);
+#pragma unroll 4
+    for (int i4 = 0; i4 < DK / 4; ++i4) {
+      const float4 k4 = kn4[i4];
+      const float kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * i4 + j;
+        const float c = alpha * scol[i][lane];
+        scol[i][lane] = c;
+        m = fmaf(c, kk[j], m);
+      }
     }
     const float delta = beta * (uv - m);
     float o = 0.0f;
-#pragma unroll 16
-    for (int i = 0; i < DK; ++i) {
-      const float c = fmaf(kn[i], delta, scol[i][lane]);
-      o = fmaf(c, qn[i], o);
-      Sg[size_t(i) * DK + lane] = c;
+#pragma unroll 4
+    for (int i4 = 0; i4 < DK / 4; ++i4) {
+      const float4 k4 = kn4[i4], q4 = qn4[i4];
+      const float kk[4] = {k4.x, k4.y, k4.z, k4.w}, qq[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * i4 + j;
+        const float c = fmaf(kk[j], delta, scol[i][lane]);
+        o = fmaf(c, qq[j], o);
+        Sg[size_t(i) * DK + lane] = c;
+      }
     }
-    o_raw[c0 + lane] = o;
+    if constexpr (CLUSTER) {
+      cg::cluster_group cl = cg::this_cluster();
+#pragma unroll
+      for (int r = 0; r < SL; ++r) cl.map_shared_rank(o_all, r)[c0 + lane] = o;
+    } else {
+      o_raw[c0 + lane] = o;
+    }
   }
   DQ_MARK();
+  if constexpr (CLUSTER) {
+    cg::this_cluster().sync();  // every block's outputs are in every block (release / acquire)
+    float ov[4], ss = 0.0f;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      ov[p] = o_all[lane + 32 * p];
+      ss = fmaf(ov[p], ov[p], ss);
+    }
+    const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
+    const int v = c0 + lane;  // = lane + 32 sl
+    o_raw[v] = ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
+    // Every block of the cluster read q's and k's conv state before the barrier.
+    const int p = sl;
+    a.u[chq[p]] = uq[p];
+    a.u[chk[p]] = uk[p];
+#pragma unroll
+    for (int j = 0; j + 1 < KC - 1; ++j) {
+      a.conv_state[size_t(j) * C + chq[p]] = sq[p][j + 1];
+      a.conv_state[size_t(j) * C + chk[p]] = sk[p][j + 1];
+    }
+    a.conv_state[size_t(KC - 2) * C + chq[p]] = inq[p];
+    a.conv_state[size_t(KC - 2) * C + chk[p]] = ink[p];
+    return;
+  }
   // The head's last block applies the gated RMSNorm to all 128 outputs and keeps q's and k's
   // conv state (every block has read it by then).
   __threadfence();
@@ -436,6 +502,14 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
                                   {split_kernel<4, 8, false>, split_kernel<4, 8, true>},
                                   {split_kernel<4, 16, false>, split_kernel<4, 16, true>}};
     const int si = split == 8 ? 1 : split == 16 ? 2 : 0;
+    // DELTAQ_GDN_CLUSTER=0: the counter and the last block instead of the head's cluster.
+    static const char* cl_env = std::getenv("DELTAQ_GDN_CLUSTER");
+    static const bool cluster = !(cl_env && cl_env[0] == '0');
+    if (cluster && si == 0) {
+      launch_kernel_cluster(a.early ? split_kernel<4, 4, true, true> : split_kernel<4, 4, false, true>, a.hv * 4, 32, 4,
+                            0, s, a, skip);
+      return;
+    }
     launch_kernel(table[si][a.early ? 1 : 0], a.hv * (4 << si), 32, 0, s, a, skip);
     return;
   }
