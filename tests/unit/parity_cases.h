@@ -418,7 +418,7 @@ inline void top_k_cases(std::vector<Target>& targets) {
   Rig rig;
   std::vector<std::vector<float>> rows = {{1.f, 5.f, NAN, 5.f, -INFINITY, 2.f, -0.f, 0.f},
                                           {NAN, -INFINITY, NAN, 3.f, -INFINITY, INFINITY}};
-  for (int n : {300, 4096, 4097, 70000, 248320}) {
+  for (int n : {300, 4096, 4097, 70000, 248320, 270000}) {  // 270000: past the CUDA selection path
     std::vector<float> x(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) x[size_t(i)] = float((int64_t(i) * 7919) % 1009) * 0.25f - 100.f;  // many ties
     x[size_t(n / 3)] = NAN;

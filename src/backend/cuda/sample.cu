@@ -30,52 +30,84 @@ __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* x, in
   }
 }
 
+// The row's largest number from the per-block maxima, by a whole warp (every lane gets it):
+// lanes read the parts at once, then the butterfly (max is order-free).
 __device__ __forceinline__ float parts_max(const float* part, int nparts) {
   float m = -INFINITY;
-  for (int i = 0; i < nparts; ++i) m = fmaxf(m, part[i]);
+  for (int i = threadIdx.x & 31; i < nparts; i += 32) m = fmaxf(m, part[i]);
+  for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   return m;
 }
 
-// Block b of kDrawChunks chunks: lane c sums chunk c (ids in order), lane 0 then the chunk sums.
-__global__ void __launch_bounds__(32) chunk_sums_kernel(const float* x, int n, float T, float min_p, const float* part,
-                                                        int nparts, double* chunk, double* block) {
+// Block b of kDrawChunks chunks, one warp per block: its 1,024 values come in as 32 coalesced
+// rows (row c = chunk c) into shared memory, then lane c sums chunk c (ids in order) and lane 0
+// the chunk sums in order. (Each lane reading its own chunk from memory cost a round trip per
+// id: 32 in sequence.)
+constexpr int kSumWarps = 8;
+
+__global__ void __launch_bounds__(32 * kSumWarps) chunk_sums_kernel(const float* x, int n, float T, float min_p,
+                                                                    const float* part, int nparts, int nblocks,
+                                                                    double* chunk, double* block) {
   pdl_trigger();
   pdl_wait();
-  __shared__ double cs[num::kDrawChunks];
+  constexpr int C = num::kDrawChunk, NC = num::kDrawChunks;
+  __shared__ float xs[kSumWarps][NC][C + 1];  // + 1: lane c's reads of row c fall in distinct banks
+  __shared__ double cs[kSumWarps][NC];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int b = blockIdx.x * kSumWarps + warp;
+  if (b >= nblocks) return;  // a whole warp; the block has no barrier below
   const float m = parts_max(part, nparts);
-  const int c = blockIdx.x * num::kDrawChunks + threadIdx.x;
-  double s = 0.0;
-  if (m > -INFINITY && m < INFINITY) {
-    const int i0 = c * num::kDrawChunk, i1 = min(n, i0 + num::kDrawChunk);
-    for (int i = i0; i < i1; ++i) s += double(num::draw_weight(x[i], m, T, min_p));
+  const int base = b * NC * C;
+#pragma unroll 8
+  for (int r = 0; r < NC; ++r) {
+    const int i = base + r * C + lane;
+    xs[warp][r][lane] = i < n ? x[i] : 0.0f;
   }
-  chunk[c] = s;
-  cs[threadIdx.x] = s;
   __syncwarp();
-  if (threadIdx.x == 0) {
-    double b = 0.0;
-    for (int j = 0; j < num::kDrawChunks; ++j) b += cs[j];
-    block[blockIdx.x] = b;
+  double sum = 0.0;
+  if (m > -INFINITY && m < INFINITY) {
+    const int cnt = min(C, max(0, n - (base + lane * C)));
+    for (int i = 0; i < cnt; ++i) sum += double(num::draw_weight(xs[warp][lane][i], m, T, min_p));
+  }
+  chunk[size_t(b) * NC + lane] = sum;
+  cs[warp][lane] = sum;
+  __syncwarp();
+  if (lane == 0) {
+    double t = 0.0;
+    for (int j = 0; j < NC; ++j) t += cs[warp][j];
+    block[b] = t;
   }
 }
 
-__global__ void draw_kernel(const float* x, int n, float T, float min_p, double u, const float* part, int nparts,
-                            const double* chunk, const double* block, int nblocks, int32_t* out, int32_t* out2,
-                            double* total) {
+// The walk, by thread 0 over the block sums copied into shared memory by the whole block (the
+// same sequential doubles as the reference).
+constexpr int kWalkThreads = 256, kWalkSmemBlocks = 2048;
+
+__global__ void __launch_bounds__(kWalkThreads) draw_kernel(const float* x, int n, float T, float min_p, double u,
+                                                            const float* part, int nparts, const double* chunk,
+                                                            const double* block, int nblocks, int32_t* out,
+                                                            int32_t* out2, double* total) {
   pdl_trigger();
   pdl_wait();
-  if (threadIdx.x != 0) return;
+  __shared__ double sb[kWalkSmemBlocks];
+  const bool in_smem = nblocks <= kWalkSmemBlocks;
+  if (in_smem)
+    for (int i = threadIdx.x; i < nblocks; i += blockDim.x) sb[i] = block[i];
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
   const float m = parts_max(part, nparts);
+  if (threadIdx.x != 0) return;
+  const double* bs = in_smem ? sb : block;
   const bool finite = m > -INFINITY && m < INFINITY;
   double Z = 0.0;
-  for (int b = 0; b < nblocks; ++b) Z += block[b];
+  for (int b = 0; b < nblocks; ++b) Z += bs[b];
   if (total) total[0] = finite ? Z : __longlong_as_double(0x7FF8000000000000ll);
   if (!out && !out2) return;
   int32_t id = -1;
   if (finite) {
     const double t = u * Z;
     double base = 0.0;
-    const int b = num::draw_walk(block, nblocks, t, &base);
+    const int b = num::draw_walk(bs, nblocks, t, &base);
     if (b >= 0) {
       const int c = num::draw_walk(chunk + size_t(b) * num::kDrawChunks, num::kDrawChunks, t, &base);
       const int c0 = (b * num::kDrawChunks + c) * num::kDrawChunk;
@@ -103,8 +135,9 @@ void launch_sample_draw(const float* x, int n, float T, float min_p, double u, i
   double* block = chunk + size_t(nblocks) * num::kDrawChunks;
   auto* part = reinterpret_cast<float*>(block + nblocks);
   launch_kernel(row_max_kernel, nparts, kMaxThreads, 0, s, x, n, part);
-  launch_kernel(chunk_sums_kernel, nblocks, 32, 0, s, x, n, T, min_p, static_cast<const float*>(part), nparts, chunk, block);
-  launch_kernel(draw_kernel, 1, 32, 0, s, x, n, T, min_p, u, static_cast<const float*>(part), nparts,
+  launch_kernel(chunk_sums_kernel, (nblocks + kSumWarps - 1) / kSumWarps, 32 * kSumWarps, 0, s, x, n, T, min_p,
+                static_cast<const float*>(part), nparts, nblocks, chunk, block);
+  launch_kernel(draw_kernel, 1, kWalkThreads, 0, s, x, n, T, min_p, u, static_cast<const float*>(part), nparts,
                 static_cast<const double*>(chunk), static_cast<const double*>(block), nblocks, out, out2, total);
 }
 
