@@ -223,13 +223,6 @@ void check_sample_draw(const op::SampleDraw& o) {
   DQ_CHECK(o.u >= 0.0 && o.u < 1.0, "sample_draw: u {} must be in [0, 1)", o.u);
 }
 
-namespace {
-// The row's largest number (NaN skipped) and the chunk and block sums of numerics.h.
-struct DrawSums {
-  float m = -INFINITY;
-  std::vector<double> chunk, block;
-  double Z = 0.0;
-};
 DrawSums draw_sums(const float* x, int n, float temperature, float min_p) {
   DrawSums d;
   for (int i = 0; i < n; ++i)
@@ -252,6 +245,7 @@ DrawSums draw_sums(const float* x, int n, float temperature, float min_p) {
   }
   return d;
 }
+namespace {
 // The walk of numerics.h over the sums: the id, or -1.
 int32_t draw_walk_row(const DrawSums& d, const float* x, int n, float temperature, float min_p, double u) {
   if (d.m == -INFINITY || d.m == INFINITY) return -1;
@@ -266,8 +260,17 @@ int32_t draw_walk_row(const DrawSums& d, const float* x, int n, float temperatur
   for (int i = c0; i < std::min(n, c0 + C); ++i) w[i - c0] = double(num::draw_weight(x[i], d.m, temperature, min_p));
   return c0 + num::draw_walk(w, C, t, &base);
 }
-
 }  // namespace
+
+void sample_draw_finish(const op::SampleDraw& o, const DrawSums& d) {
+  const float* x = o.x.as<float>();
+  if (o.out || o.out2) {
+    const int32_t id = draw_walk_row(d, x, o.n, o.temperature, o.min_p, o.u);
+    if (o.out) o.out.as<int32_t>()[0] = id;
+    if (o.out2) o.out2.as<int32_t>()[0] = id;
+  }
+  if (o.total) o.total.as<double>()[0] = d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
+}
 
 double draw_total(const float* x, int n, float temperature) {
   const DrawSums d = draw_sums(x, n, temperature, 0.0f);
@@ -280,14 +283,7 @@ int32_t draw_plain(const float* x, int n, float temperature, float min_p, double
 
 void run(const op::SampleDraw& o) {
   check_sample_draw(o);
-  const float* x = o.x.as<float>();
-  const DrawSums d = draw_sums(x, o.n, o.temperature, o.min_p);
-  if (o.out || o.out2) {
-    const int32_t id = draw_walk_row(d, x, o.n, o.temperature, o.min_p, o.u);
-    if (o.out) o.out.as<int32_t>()[0] = id;
-    if (o.out2) o.out2.as<int32_t>()[0] = id;
-  }
-  if (o.total) o.total.as<double>()[0] = d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
+  sample_draw_finish(o, draw_sums(o.x.as<float>(), o.n, o.temperature, o.min_p));
 }
 
 void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }

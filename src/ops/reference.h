@@ -1,6 +1,8 @@
 // Scalar reference implementation of every op: the definition of its evaluation order.
 // Operands are host memory. Single-threaded, plain loops over numerics.h.
 #pragma once
+#include <vector>
+
 #include "ops/numerics.h"
 #include "ops/ops.h"
 
@@ -24,6 +26,16 @@ void run(const op::TopK& o);
 void check_top_k(const op::TopK& o);  // k in range, else dq::Error
 void run(const op::SampleDraw& o);
 void check_sample_draw(const op::SampleDraw& o);  // n, temperature, min_p and u in range, else dq::Error
+// The draw's sums (numerics.h): the row's largest number m (NaN skipped), every chunk's and
+// block's sum and Z; chunks are independent, so a backend may make them in parallel.
+struct DrawSums {
+  float m = -INFINITY;
+  std::vector<double> chunk, block;
+  double Z = 0.0;
+};
+DrawSums draw_sums(const float* x, int n, float temperature, float min_p);
+// SampleDraw's outputs from its sums: the walk to the id, and Z.
+void sample_draw_finish(const op::SampleDraw& o, const DrawSums& d);
 // The plain temperature draw (numerics.h) over x[0..n): the id, or -1 (no number above -inf, or +inf).
 int32_t draw_plain(const float* x, int n, float temperature, float min_p, double u);
 // Its weights' sum Z without min-p (what top-p measures its mass against); NaN when it declines.

@@ -467,6 +467,9 @@ inline void sample_draw_cases(std::vector<Target>& targets) {  // (also its tota
     x[size_t(n / 2)] = -INFINITY;
     rows.push_back(x);
   }
+  std::vector<float> wide(6001);  // 0 down to -60: weights down to zero through exp's scaling edge
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = -0.01f * float(i);
+  rows.push_back(wide);
   for (const auto& x : rows) {
     const int n = int(x.size());
     Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")};

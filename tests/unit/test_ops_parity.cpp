@@ -1,5 +1,9 @@
 // Every op on every CPU kernel set (generic, AVX2, AVX-512: whichever this CPU runs) with 1, 2
 // and 3 threads, against the scalar reference: bit-identical results (the numerics contract).
+#include <cstring>
+
+#include "backend/cpu/cpu_runner.h"
+#include "backend/cpu/kernels.h"
 #include "ops/reference.h"
 #include "parity_cases.h"
 
@@ -126,5 +130,40 @@ TEST(OpsParity, TopKRejectsAnOutOfRangeK) {
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find("top_k: k = " + std::to_string(k)), std::string::npos) << e.what();
     }
+  }
+}
+
+// The kernel sets' draw weights (their vector exp) against numerics.h's scalar draw_weight, bit
+// for bit, over arguments from -200 to +100 (zero, the two-step scaling below 2^-126, the
+// normal range, overflow), the range checks' edges, NaN and infinities, with and without min-p.
+TEST(OpsParity, DrawWeightsEqualTheScalarOnEveryKernelSet) {
+  std::vector<float> x;
+  for (int i = 0; i <= 30000; ++i) x.push_back(-200.0f + 0.01f * float(i));
+  for (float v : {88.72283935546875f, 88.7228317f, 88.7228470f, -103.97208404541015625f, -103.972076f,
+                  -103.972092f, -87.3365479f, -87.3365402f, 0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e-30f})
+    x.push_back(v);
+  x.push_back(-5.0f);  // n not a multiple of 8 or 16: the scalar tail
+  for (CpuKernels k : {CpuKernels::Generic, CpuKernels::Avx2, CpuKernels::Avx512}) {
+    try {
+      resolve_cpu_kernels(k);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const cpu::KernelSet* ks = k == CpuKernels::Generic ? cpu::generic_kernels()
+                               : k == CpuKernels::Avx2  ? cpu::avx2_kernels()
+                                                        : cpu::avx512_kernels();
+    ASSERT_NE(ks, nullptr);
+    for (float T : {1.0f, 0.3f, 2.5f})
+      for (float min_p : {0.0f, 0.05f}) {
+        std::vector<float> w(x.size());
+        ks->draw_weights(x.data(), int(x.size()), 0.0f, T, min_p, w.data());
+        for (size_t i = 0; i < x.size(); ++i) {
+          const float want = num::draw_weight(x[i], 0.0f, T, min_p);
+          uint32_t a, b;
+          std::memcpy(&a, &w[i], 4);
+          std::memcpy(&b, &want, 4);
+          ASSERT_EQ(a, b) << ks->name << " x=" << x[i] << " T=" << T << " min_p=" << min_p;
+        }
+      }
   }
 }

@@ -34,6 +34,8 @@ struct KernelSet {
   void (*attn_append)(const op::AttnCore& o, int t);
   void (*gdn_heads)(const op::GdnCore& o, int t, int h0, int h1, const float* u, const float* qn, const float* kn);
   void (*attn_heads)(const op::AttnCore& o, int t, int h0, int h1);
+  // w[i] = num::draw_weight(x[i], m, T, min_p) for i < n (the sampling draw's weights).
+  void (*draw_weights)(const float* x, int n, float m, float T, float min_p, float* w);
 };
 
 const KernelSet* generic_kernels();

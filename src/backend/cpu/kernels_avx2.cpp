@@ -258,8 +258,54 @@ DQ_AVX2 void rows(const MatTask& t, int r0, int r1, bool add) {
 #include "backend/cpu/kernels_ref_wrappers.inc"
 #undef DQ_TARGET
 
-const KernelSet kAvx2 = {"avx2",  handles,  prepared_size, prepare,   rows,      swiglu_rows,
-                         rmsnorm, gdn_prep, attn_append,   gdn_heads, attn_heads};
+// num::exp for 8 values (as exp16 in kernels_avx512.cpp: the scalar's steps, checks as masks).
+DQ_AVX2_LAMBDA inline __m256 exp8(__m256 a) {
+  const __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+  const __m256 big = _mm256_cmp_ps(a, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ);
+  const __m256 small = _mm256_cmp_ps(a, _mm256_set1_ps(-103.97208404541015625f), _CMP_LT_OQ);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(1.44269502162933349609375f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), a);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_cvtps_epi32(n);  // n is an integer: exact
+  const __m256i hi = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(127));
+  const __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), e);
+  __m256i e1 = _mm256_blendv_epi8(e, _mm256_set1_epi32(127), hi);
+  e1 = _mm256_blendv_epi8(e1, _mm256_set1_epi32(-126), lo);
+  __m256i e2 = _mm256_and_si256(hi, _mm256_sub_epi32(e, _mm256_set1_epi32(127)));
+  e2 = _mm256_blendv_epi8(e2, _mm256_add_epi32(e, _mm256_set1_epi32(126)), lo);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, bias), 23));
+  __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  res = _mm256_blendv_ps(res, _mm256_setzero_ps(), small);
+  res = _mm256_blendv_ps(res, _mm256_set1_ps(INFINITY), big);
+  return _mm256_blendv_ps(res, a, nan);
+}
+
+DQ_AVX2 void draw_weights(const float* x, int n, float m, float T, float min_p, float* w) {
+  const __m256 vm = _mm256_set1_ps(m), vT = _mm256_set1_ps(T), vp = _mm256_set1_ps(min_p);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    __m256 keep = _mm256_cmp_ps(xv, _mm256_set1_ps(-INFINITY), _CMP_GT_OQ);  // NaN: false
+    const __m256 e = exp8(_mm256_div_ps(_mm256_sub_ps(xv, vm), vT));
+    if (min_p > 0.0f) keep = _mm256_and_ps(keep, _mm256_cmp_ps(e, vp, _CMP_GE_OQ));
+    _mm256_storeu_ps(w + i, _mm256_and_ps(keep, e));
+  }
+  for (; i < n; ++i) w[i] = num::draw_weight(x[i], m, T, min_p);
+}
+
+const KernelSet kAvx2 = {"avx2",  handles,  prepared_size, prepare,   rows,       swiglu_rows,
+                         rmsnorm, gdn_prep, attn_append,   gdn_heads, attn_heads, draw_weights};
 
 }  // namespace
 

@@ -318,8 +318,57 @@ DQ_AVX512 void rows(const MatTask& t, int r0, int r1, bool add) {
 #include "backend/cpu/kernels_ref_wrappers.inc"
 #undef DQ_TARGET
 
-const KernelSet kAvx512 = {"avx512",    handles,   prepared_size, prepare,   rows,      swiglu_rows,
-                           rmsnorm,     gdn_prep,  attn_append,   gdn_heads, attn_heads};
+// num::exp for 16 values: its steps lane by lane, its range checks as masks, and its two-step
+// scaling near the ends as a second factor (1 in the normal range: an exact multiply), so that
+// every lane has the scalar's bits.
+DQ_AVX512_LAMBDA inline __m512 exp16(__m512 a) {
+  const __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+  const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ);
+  const __mmask16 small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-103.97208404541015625f), _CMP_LT_OQ);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269502162933349609375f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), a);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_cvtps_epi32(n);  // n is an integer: exact
+  const __mmask16 hi = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(127));
+  const __mmask16 lo = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(-126));
+  __m512i e1 = _mm512_mask_mov_epi32(e, hi, _mm512_set1_epi32(127));
+  e1 = _mm512_mask_mov_epi32(e1, lo, _mm512_set1_epi32(-126));
+  __m512i e2 = _mm512_maskz_sub_epi32(hi, e, _mm512_set1_epi32(127));
+  e2 = _mm512_mask_add_epi32(e2, lo, e, _mm512_set1_epi32(126));
+  const __m512i bias = _mm512_set1_epi32(127);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e1, bias), 23));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e2, bias), 23));
+  __m512 res = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  res = _mm512_mask_mov_ps(res, small, _mm512_setzero_ps());
+  res = _mm512_mask_mov_ps(res, big, _mm512_set1_ps(INFINITY));
+  return _mm512_mask_mov_ps(res, nan, a);
+}
+
+DQ_AVX512 void draw_weights(const float* x, int n, float m, float T, float min_p, float* w) {
+  const __m512 vm = _mm512_set1_ps(m), vT = _mm512_set1_ps(T), vp = _mm512_set1_ps(min_p);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    const __mmask16 live = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);  // NaN: false
+    __mmask16 keep = live;
+    const __m512 e = exp16(_mm512_div_ps(_mm512_sub_ps(xv, vm), vT));
+    if (min_p > 0.0f) keep &= _mm512_cmp_ps_mask(e, vp, _CMP_GE_OQ);
+    _mm512_storeu_ps(w + i, _mm512_maskz_mov_ps(keep, e));
+  }
+  for (; i < n; ++i) w[i] = num::draw_weight(x[i], m, T, min_p);
+}
+
+const KernelSet kAvx512 = {"avx512",    handles,   prepared_size, prepare,   rows,       swiglu_rows,
+                           rmsnorm,     gdn_prep,  attn_append,   gdn_heads, attn_heads, draw_weights};
 
 }  // namespace
 

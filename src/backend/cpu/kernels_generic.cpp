@@ -70,7 +70,12 @@ void attn_heads(const op::AttnCore& o, int t, int h0, int h1) {
   for (int h = h0; h < h1; ++h) ref::attn_head(o, t, h);
 }
 
-const KernelSet kGeneric = {"generic", handles, prepared_size, prepare, rows, swiglu_rows, rmsnorm, gdn_prep, attn_append, gdn_heads, attn_heads};
+void draw_weights(const float* x, int n, float m, float T, float min_p, float* w) {
+  for (int i = 0; i < n; ++i) w[i] = num::draw_weight(x[i], m, T, min_p);
+}
+
+const KernelSet kGeneric = {"generic",   handles,     prepared_size, prepare,   rows,       swiglu_rows,
+                            rmsnorm,     gdn_prep,    attn_append,   gdn_heads, attn_heads, draw_weights};
 
 }  // namespace
 

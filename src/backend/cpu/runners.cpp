@@ -134,6 +134,46 @@ class FastRunner : public CpuRunner {
     }
   }
 
+  // The draw's sums in parallel over blocks of 32 chunks (each chunk's sum in id order, as the
+  // reference), the weights by the kernel set's vector exp; the walk as the reference.
+  void exec(const op::SampleDraw& o) {
+    ref::check_sample_draw(o);
+    const float* x = o.x.as<float>();
+    const int n = o.n, C = num::kDrawChunk, NC = num::kDrawChunks, B = C * NC;
+    const int nblocks = (n + B - 1) / B;
+    ref::DrawSums d;
+    std::vector<float> part(size_t(pool_.size()), -INFINITY);
+    pool_.parallel_for(n, [&](int64_t b, int64_t e, int th) {
+      float m = part[size_t(th)];
+      for (int64_t i = b; i < e; ++i)
+        if (x[i] > m) m = x[i];  // NaN compares false; max is order-free
+      part[size_t(th)] = m;
+    }, 1 << 14);
+    for (float m : part)
+      if (m > d.m) d.m = m;
+    if (d.m > -INFINITY && d.m < INFINITY) {
+      d.chunk.assign(size_t(nblocks) * NC, 0.0);
+      d.block.assign(size_t(nblocks), 0.0);
+      pool_.parallel_for(nblocks, [&](int64_t b0, int64_t b1, int) {
+        float w[num::kDrawChunk * num::kDrawChunks];
+        for (int64_t b = b0; b < b1; ++b) {
+          const int i0 = int(b) * B, cnt = std::min(B, n - i0);
+          ks_->draw_weights(x + i0, cnt, d.m, o.temperature, o.min_p, w);
+          double bs = 0.0;
+          for (int c = 0; c < NC; ++c) {
+            double s = 0.0;
+            for (int i = c * C; i < std::min(cnt, (c + 1) * C); ++i) s += double(w[i]);
+            d.chunk[size_t(b) * NC + size_t(c)] = s;
+            bs += s;
+          }
+          d.block[size_t(b)] = bs;
+        }
+      }, 8);
+      for (double s : d.block) d.Z += s;
+    }
+    ref::sample_draw_finish(o, d);
+  }
+
   void exec(const op::Project& o) {
     std::array<const Matrix*, op::Project::kMax> ms{};
     for (int i = 0; i < o.n_out; ++i) ms[i] = &o.w[i];
