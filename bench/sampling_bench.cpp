@@ -2,7 +2,7 @@
 // top_p reads) and op::SampleDraw (the temperature draw and its weight sum) over one logits row
 // of the Qwen3.5 vocabulary (248,320 random values), N ops issued back to back and one wait, in
 // microseconds per op.
-// usage: deltaq-bench-sampling [--device cpu|cuda] [--reps N]
+// usage: deltaq-bench-sampling [--device cpu|cuda] [--reference] [--reps N]   (--reference: the scalar reference ops)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,8 +24,9 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--device" && i + 1 < argc) opt.device = argv[++i];
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--reference") opt.cpu_kernels = CpuKernels::Reference;
     else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reference] [--reps N]\n", argv[0]);
       return 2;
     }
   }
