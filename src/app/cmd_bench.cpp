@@ -59,8 +59,8 @@ Command add_bench(CLI::App& app) {
               const auto ts = clk::now();
               for (int i = 0; i < n_sampled && e->position() < e->max_ctx(); ++i) {
                 if (sampler.plain()) {
-                  const double u = sampler.take_uniform();
-                  tok = e->step_draw(tok, sp.temperature, sp.min_p, u);
+                  double u = 0;
+                  tok = e->step_draw_ahead(tok, sp.temperature, sp.min_p, [&] { return sampler.take_uniform(); }, &u);
                   if (tok < 0) {
                     e->read_logits(&logits);
                     tok = sampler.sample_declined(logits, u);
@@ -81,7 +81,9 @@ Command add_bench(CLI::App& app) {
                   tok = sampler.sample(logits, {}, 0);
                 }
               }
-              return n_sampled / std::chrono::duration<double>(clk::now() - ts).count();
+              const double sec = std::chrono::duration<double>(clk::now() - ts).count();
+              e->sync();  // a step issued ahead of the last id (not counted)
+              return n_sampled / sec;
             };
             const double tps_row = time_sampled(0, 0.9f), tps_top = time_sampled(20, 0.9f), tps_draw = time_sampled(0, 1.0f);
             const double tps = *tokens / s;

@@ -139,7 +139,8 @@ struct TopK {
 
 // The plain temperature draw of numerics.h (draw_weight ... draw_walk) over x[0..n) with the
 // uniform u: out[0] = the id, or -1 when the row has no number above -inf or its largest is +inf
-// (the caller samples those on the host). out2, when set, receives the id too (the next input);
+// (the caller samples those on the host). out2, when set, receives the id too (the next input)
+// unless the draw declines;
 // total, when set, the weights' sum Z (what top-p sampling measures its mass against).
 struct SampleDraw {
   Ref x;  // f32 [n]

@@ -267,7 +267,7 @@ void sample_draw_finish(const op::SampleDraw& o, const DrawSums& d) {
   if (o.out || o.out2) {
     const int32_t id = draw_walk_row(d, x, o.n, o.temperature, o.min_p, o.u);
     if (o.out) o.out.as<int32_t>()[0] = id;
-    if (o.out2) o.out2.as<int32_t>()[0] = id;
+    if (o.out2 && id >= 0) o.out2.as<int32_t>()[0] = id;  // a decline leaves the next input as it was
   }
   if (o.total) o.total.as<double>()[0] = d.m == -INFINITY || d.m == INFINITY ? NAN : d.Z;
 }

@@ -65,6 +65,7 @@ Engine::~Engine() {
 
 void Engine::reset() {
   ahead_ = fed_ahead_ = false;  // a step issued ahead completes in the wait below, unaccounted
+  spare_u_.reset();
   history_ok_ = false;
   model_->reset(*q_, state_);
   q_->wait();
@@ -104,13 +105,23 @@ void Engine::settle() {
 bool Engine::consume_ahead(int32_t token) {
   settle();
   if (!fed_ahead_) return false;
+  if (history_.back() == token) {
+    fed_ahead_ = false;
+    return true;
+  }
+  drop_ahead();  // another token than the one fed ahead
+  return false;
+}
+
+void Engine::drop_ahead() {
+  if (!fed_ahead_) return;
   fed_ahead_ = false;
-  if (history_.back() == token) return true;
-  // Another token than the one fed ahead: the state again without it.
+  // A draw issued ahead is taken back with its token: its uniform goes to the next draw.
+  const std::optional<double> u = ahead_draw_ ? std::optional<double>(ahead_u_[ahead_slot_]) : std::nullopt;
   std::vector<int32_t> h(history_.begin(), history_.end() - 1);
   reset();
   if (!h.empty()) feed(h);
-  return false;
+  spare_u_ = u;
 }
 
 void Engine::issue_ahead() {
@@ -119,11 +130,28 @@ void Engine::issue_ahead() {
   q_->go(op::Read{act1_.next.buf, 0, 4, &ahead_next_[ahead_slot_]});
   ahead_mark_ = q_->mark();
   ahead_ = fed_ahead_ = true;
+  ahead_draw_ = false;
+}
+
+void Engine::issue_draw_ahead(float temperature, float min_p, double u) {
+  q_->replay(*step_graph_);
+  ahead_slot_ ^= 1;
+  // The drawn id becomes the next step's input (act1_.tokens) unless the draw declines; then
+  // the input is the argmax the graph wrote there.
+  q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, act1_.tokens, Ref{}});
+  q_->go(op::Read{drawn_, 0, 4, &ahead_next_[ahead_slot_]});
+  ahead_mark_ = q_->mark();
+  ahead_ = fed_ahead_ = true;
+  ahead_draw_ = true;
+  ahead_T_ = temperature;
+  ahead_min_p_ = min_p;
+  ahead_u_[ahead_slot_] = u;
 }
 
 void Engine::sync() {
   settle();
   fed_ahead_ = false;
+  spare_u_.reset();
 }
 
 int Engine::reuse_prefix(std::span<const int32_t> ids) {
@@ -168,6 +196,7 @@ std::vector<float> Engine::score(std::span<const int32_t> ids) {
 
 int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logits) {
   if (ids.empty()) fail("nothing to feed: the prompt has no tokens");
+  spare_u_.reset();  // a new stretch of input: no draw continues
   if (consume_ahead(ids[0])) {  // the first token is in the state already
     ids = ids.subspan(1);
     if (ids.empty()) {
@@ -205,6 +234,7 @@ int32_t Engine::step(int32_t token, std::vector<float>* logits) {
 }
 
 int32_t Engine::step_greedy() {
+  if (fed_ahead_ && ahead_draw_) sync();  // after step_draw_ahead: its last id is the input on the device
   if (!step_graph_ || !q_->overlaps()) {
     settle();
     if (pos_ + 1 > max_ctx())
@@ -264,6 +294,74 @@ int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double 
   finish_step(fresh, token);
   last_next_ = next;
   return id;
+}
+
+int32_t Engine::step_draw_ahead(int32_t token, float temperature, float min_p, const std::function<double()>& next_u,
+                                double* u) {
+  auto take_u = [&] {
+    if (!spare_u_) return next_u();
+    const double v = *spare_u_;
+    spare_u_.reset();
+    return v;
+  };
+  if (!step_graph_ || !q_->overlaps()) {
+    const double v = take_u();
+    if (u) *u = v;
+    return step_draw(token, temperature, min_p, v);
+  }
+  if (!drawn_) drawn_ = be_->alloc(4, "drawn");
+  // Is a draw step of these parameters feeding `token` issued (in flight, or settled)?
+  const bool pipelined = fed_ahead_ && ahead_draw_ && ahead_T_ == temperature && ahead_min_p_ == min_p &&
+                         (ahead_ ? last_next_ : history_.back()) == token;
+  if (!pipelined) {
+    const std::optional<double> keep = spare_u_;
+    const bool draw_ahead = fed_ahead_ && ahead_draw_;
+    if (consume_ahead(token)) {  // the state holds token, fed ahead by another kind of step: draw once
+      if (draw_ahead) spare_u_ = ahead_u_[ahead_slot_];  // a draw of other parameters, taken back
+      const double v = take_u();
+      if (u) *u = v;
+      int32_t id = -1;
+      q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, v, Ref{drawn_}, Ref{}, Ref{}});
+      q_->go(op::Read{drawn_, 0, 4, &id});
+      q_->wait();
+      last_next_ = id;
+      return id;
+    }
+    if (keep && !spare_u_) spare_u_ = keep;  // (a rebuild keeps the spare of the draw it took back)
+    if (pos_ + 1 > max_ctx())
+      fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
+    const int32_t one[1] = {token};
+    check_ids(one);
+    write_tokens(act1_, one);
+    last_next_ = token;  // the step issued now feeds it, as a step issued ahead would
+    issue_draw_ahead(temperature, min_p, take_u());
+  }
+  if (!ahead_) {  // issued, and another call settled it: its draw is last_next_
+    fed_ahead_ = false;
+    if (u) *u = ahead_u_[ahead_slot_];
+    if (last_next_ < 0) return -1;  // declined (the state holds token; nothing was issued after it)
+    if (pos_ + 1 <= max_ctx()) issue_draw_ahead(temperature, min_p, take_u());
+    return last_next_;
+  }
+  // The step feeding `token` is in flight: the one after it goes in now, fed from the device,
+  // when the context has room; then the host waits for the first only.
+  const uint64_t m = ahead_mark_;
+  const int slot = ahead_slot_;
+  ahead_ = fed_ahead_ = false;
+  const bool more = pos_ + 2 <= max_ctx();
+  if (more) issue_draw_ahead(temperature, min_p, take_u());
+  take_step_ahead(m, slot);
+  if (u) *u = ahead_u_[slot];
+  if (last_next_ < 0 && more) {
+    // Declined: the step issued after it was fed the argmax instead; take it back (with its
+    // draw's uniform) so that the state holds `token` and its logits are the last ones. (Which
+    // token it fed does not matter: it leaves the history with it.)
+    last_next_ = 0;
+    settle();
+    drop_ahead();
+    last_next_ = -1;
+  }
+  return last_next_;
 }
 
 bool Engine::issue_step(int32_t token, int32_t* next) {

@@ -1,7 +1,9 @@
 // The engine: one model folder loaded on one backend, with a sequence state and a queue.
 // It is what the CLI and the server use; everything below it is backend-neutral.
 #pragma once
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,6 +75,15 @@ class Engine {
   // One decode step that draws the next token on the backend (op::SampleDraw: plain temperature
   // sampling with the uniform u); only the id comes back, or -1 when the draw declines.
   int32_t step_draw(int32_t token, float temperature, float min_p, double u);
+  // step_draw pipelined as step_greedy is: the draw also writes its id as the next step's input
+  // on the device, and on a queue that overlaps (CUDA) the step feeding the returned id is
+  // issued, with its own draw, before this returns. A later call with that id takes that step;
+  // another id rebuilds the state. Uniforms come from next_u in draw order (*u: the one of the
+  // returned draw); a draw issued ahead and then taken back keeps its uniform for the next
+  // draw, so the ids are step_draw's with the same uniforms on every backend. -1 when the draw
+  // declines (the state then holds `token` and read_logits() gives its row).
+  int32_t step_draw_ahead(int32_t token, float temperature, float min_p, const std::function<double()>& next_u,
+                          double* u);
   // The whole logits row of the last step (after step_top, when its values did not decide).
   void read_logits(std::vector<float>* logits);
   // Residual stream of a fresh prefill of ids: [0] embeddings, [i] after layer i-1 ([L+1][n][H]).
@@ -95,6 +106,11 @@ class Engine {
   bool consume_ahead(int32_t token);
   // Issues the decode step fed from the device (the last argmax) and the read of its argmax.
   void issue_ahead();
+  // The same for a draw: the step fed from the device, its draw (op::SampleDraw writing the
+  // next input) with uniform u, and the read of the drawn id.
+  void issue_draw_ahead(float temperature, float min_p, double u);
+  // After settle(): the state without the token fed ahead (a prefill of the history).
+  void drop_ahead();
   // The end of a step issued by issue_step: accounts it when it was new, else just waits.
   void finish_step(bool fresh, int32_t token);
   // Waits for the stage that fed `fed` at position() (the state then holds them).
@@ -122,6 +138,11 @@ class Engine {
   uint64_t ahead_mark_ = 0;  // the queue mark after that step
   int ahead_slot_ = 0;       // which of ahead_next_ its argmax lands in
   int32_t ahead_next_[2] = {0, 0};
+  // The same for step_draw_ahead: the steps issued ahead draw (ahead_next_ gets the drawn id).
+  bool ahead_draw_ = false;
+  float ahead_T_ = 0, ahead_min_p_ = 0;
+  double ahead_u_[2] = {0, 0};       // each slot's uniform
+  std::optional<double> spare_u_;    // the uniform of a draw taken back, for the next one
 };
 
 }  // namespace dq

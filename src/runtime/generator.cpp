@@ -166,8 +166,9 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     if (greedy) {
       tok = engine_.step_greedy();
     } else if (seq.plain()) {  // the engine draws: only the id comes back
-      const double u = seq.take_uniform();
-      tok = engine_.step_draw(tok, seq.sampling().temperature, seq.sampling().min_p, u);
+      double u = 0;
+      tok = engine_.step_draw_ahead(tok, seq.sampling().temperature, seq.sampling().min_p,
+                                    [&] { return seq.take_uniform(); }, &u);
       if (tok < 0) {
         engine_.read_logits(&logits);
         tok = seq.choose_declined(logits, u);

@@ -307,3 +307,63 @@ TEST(CudaModel, PipelinedGreedyDecodeEqualsTheCpu) {
     EXPECT_EQ(gpu->history(), cpu->history());
   }
 }
+
+// The pipelined draw (CUDA issues the step feeding each drawn id, with its own draw, before
+// returning the id): the CPU's step_draw ids with the same uniforms; another token rebuilds the
+// state and the draw taken back lends its uniform to the next; the context's end where the CPU's is.
+TEST(CudaModel, PipelinedDrawDecodeEqualsTheCpu) {
+  for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
+    EngineOptions small;
+    small.max_ctx = 48;
+    auto cpu = Engine::open(dir, small);
+    EngineOptions o = small;
+    o.device = "cuda";
+    auto gpu = Engine::open(dir, o);
+    ASSERT_TRUE(gpu->queue().overlaps());
+    const int V = cpu->config().vocab_size;
+    std::mt19937_64 ra(9), rb(9);
+    auto uni = [](std::mt19937_64& r) { return double(r() >> 11) * 0x1.0p-53; };
+    auto next_b = [&] { return uni(rb); };
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+    int32_t a = cpu->feed(prompt), b = gpu->feed(prompt);
+    ASSERT_EQ(a, b);
+    for (float min_p : {0.0f, 0.05f})
+      for (int i = 0; i < 8; ++i) {
+        const double ua = uni(ra);
+        double ub = -1;
+        a = cpu->step_draw(a, 0.9f, min_p, ua);
+        b = gpu->step_draw_ahead(b, 0.9f, min_p, next_b, &ub);
+        ASSERT_EQ(a, b) << dir << " draw " << i << " min_p " << min_p;
+        ASSERT_EQ(ua, ub) << dir << " draw " << i;
+      }
+    std::vector<float> la, lb;
+    const int32_t other = (a + 1) % V;
+    a = cpu->step(other, &la);
+    b = gpu->step(other, &lb);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after the rebuild";
+    for (int i = 0;; ++i) {
+      bool fa = false, fb = false;
+      double ub = -1;
+      const double ua = uni(ra);
+      try {
+        a = cpu->step_draw(a, 0.7f, 0.0f, ua);
+      } catch (const Error&) {
+        fa = true;
+      }
+      try {
+        b = gpu->step_draw_ahead(b, 0.7f, 0.0f, next_b, &ub);
+      } catch (const Error&) {
+        fb = true;
+      }
+      ASSERT_EQ(fa, fb) << dir << " at draw " << i;
+      if (fa) break;
+      ASSERT_EQ(a, b) << dir << " draw " << i;
+      ASSERT_EQ(ua, ub) << dir << " draw " << i;
+    }
+    EXPECT_EQ(cpu->position(), small.max_ctx);
+    EXPECT_EQ(gpu->position(), small.max_ctx);
+    gpu->sync();
+    EXPECT_EQ(gpu->history(), cpu->history());
+  }
+}

@@ -3,7 +3,9 @@
 // cancellation, seeds.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -348,4 +350,79 @@ TEST(Generator, APromptThatExtendsTheHistoryFeedsOnlyTheNewTokens) {
     EXPECT_EQ(again.cached_tokens, 0);
     EXPECT_EQ(again.tokens, fresh.tokens);
   }
+}
+
+// The pipelined draw (Engine::step_draw_ahead) on a CPU queue that reports overlap as CUDA's
+// does (DELTAQ_CPU_OVERLAP=1: steps are issued ahead, and run at the waits): the ids and
+// uniforms of step_draw; another token rebuilds the state and the draw taken back lends its
+// uniform to the next; the context's end where the plain engine's is; and through the
+// generator, the same text as the plain engine.
+TEST(Generator, PipelinedDrawEqualsThePlainDraw) {
+  dq::EngineOptions o;
+  o.threads = 1;
+  o.max_ctx = 40;
+  setenv("DELTAQ_CPU_OVERLAP", "1", 1);
+  auto b = dq::Engine::open(kDemo, o);
+  unsetenv("DELTAQ_CPU_OVERLAP");
+  auto a = dq::Engine::open(kDemo, o);
+  ASSERT_TRUE(b->queue().overlaps());
+  ASSERT_FALSE(a->queue().overlaps());
+  const int V = a->config().vocab_size;
+  std::mt19937_64 ra(3), rb(3);
+  auto uni = [](std::mt19937_64& r) { return double(r() >> 11) * 0x1.0p-53; };
+  auto next_b = [&] { return uni(rb); };
+  const std::vector<int32_t> prompt = {5, 9, 2, 6, 5, 3};
+  int32_t ta = a->feed(prompt), tb = b->feed(prompt);
+  ASSERT_EQ(ta, tb);
+  for (float min_p : {0.0f, 0.05f})
+    for (int i = 0; i < 8; ++i) {
+      const double ua = uni(ra);
+      double ub = -1;
+      ta = a->step_draw(ta, 0.9f, min_p, ua);
+      tb = b->step_draw_ahead(tb, 0.9f, min_p, next_b, &ub);
+      ASSERT_EQ(ta, tb) << "draw " << i << " min_p " << min_p;
+      ASSERT_EQ(ua, ub) << "draw " << i;
+      ASSERT_GE(ta, 0);
+    }
+  // Another token than the one drawn (fed ahead on b): the state without it, the same logits.
+  std::vector<float> la, lb;
+  const int32_t other = (ta + 1) % V;
+  ta = a->step(other, &la);
+  tb = b->step(other, &lb);
+  ASSERT_EQ(ta, tb);
+  ASSERT_EQ(la, lb);
+  // Draws again, to the end of the context: b reuses the uniform of the draw it took back.
+  for (int i = 0;; ++i) {
+    bool fa = false, fb = false;
+    double ub = -1;
+    const double ua = uni(ra);
+    try {
+      ta = a->step_draw(ta, 0.7f, 0.0f, ua);
+    } catch (const dq::Error&) {
+      fa = true;
+    }
+    try {
+      tb = b->step_draw_ahead(tb, 0.7f, 0.0f, next_b, &ub);
+    } catch (const dq::Error&) {
+      fb = true;
+    }
+    ASSERT_EQ(fa, fb) << "at draw " << i;
+    if (fa) break;
+    ASSERT_EQ(ta, tb) << "draw " << i;
+    ASSERT_EQ(ua, ub) << "draw " << i;
+  }
+  EXPECT_EQ(a->position(), o.max_ctx);
+  EXPECT_EQ(b->position(), o.max_ctx);
+  b->sync();
+  EXPECT_EQ(a->history(), b->history());
+  // The generator on each (temperature alone: its draw path), the same seeded text.
+  auto text = dq::text::TextConfig::load(kDemo);
+  dq::Generator ga(*a, text), gb(*b, text);
+  auto req = sampled_request(33);
+  req.max_tokens = 30;
+  a->reset();
+  b->reset();
+  const auto ra_ = ga.generate(req, {}), rb_ = gb.generate(req, {});
+  EXPECT_EQ(ra_.tokens, rb_.tokens);
+  EXPECT_EQ(ra_.text, rb_.text);
 }

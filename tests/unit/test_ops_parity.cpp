@@ -97,6 +97,28 @@ TEST(OpsParity, SampleDrawFollowsTheSoftmax) {
   EXPECT_EQ(ref::draw_plain(none, 3, 1.0f, 0.0f, 0.3), -1);
   EXPECT_EQ(ref::draw_plain(inf, 3, 1.0f, 0.0f, 0.3), -1);
 }
+// A declined draw leaves its next-input slot (out2) as it was (the engine's pipelined draw
+// then feeds the argmax written there and takes the step back); a drawn id is written there.
+TEST(OpsParity, SampleDrawWritesTheNextInputOnlyWhenItDraws) {
+  for (CpuKernels k : {CpuKernels::Reference, CpuKernels::Auto}) {
+    std::shared_ptr<Backend> be = make_cpu_backend(k, 2);
+    auto q = be->make_queue();
+    const float inf[3] = {1.0f, INFINITY, 2.0f}, fine[3] = {1.0f, 3.0f, 2.0f};
+    const int32_t seven = 7;
+    for (const float* row : {inf, fine}) {
+      Ref x{be->upload(row, 12, "x")}, out{be->upload(&seven, 4, "out")}, next{be->upload(&seven, 4, "next")};
+      q->go(op::SampleDraw{x, 3, 1.0f, 0.0f, 0.25, out, next, Ref{}});
+      q->wait();
+      if (row == inf) {
+        EXPECT_EQ(out.as<int32_t>()[0], -1);
+        EXPECT_EQ(next.as<int32_t>()[0], 7);
+      } else {
+        EXPECT_GE(out.as<int32_t>()[0], 0);
+        EXPECT_EQ(next.as<int32_t>()[0], out.as<int32_t>()[0]);
+      }
+    }
+  }
+}
 TEST(OpsParity, SampleDrawRejectsBadParameters) {
   Rig rig;
   std::vector<float> x(10, 1.0f);

@@ -44,10 +44,16 @@ class CpuGraph : public Graph {
 class CpuQueue : public Queue {
  public:
   CpuQueue(std::shared_ptr<CpuRunner> runner, std::string name)
-      : runner_(std::move(runner)), trace_(std::move(name)) {}
+      : runner_(std::move(runner)), trace_(std::move(name)),
+        overlap_(std::getenv("DELTAQ_CPU_OVERLAP") && std::getenv("DELTAQ_CPU_OVERLAP")[0] == '1') {}
   ~CpuQueue() override {
     if (profile_.enabled()) profile_.print();
   }
+
+  // DELTAQ_CPU_OVERLAP=1 (for tests): report overlap, so that the engine issues decode steps
+  // ahead as it does on CUDA. Nothing runs earlier for it (ops run at the waits, in order), so
+  // the pipelined paths can be checked on a machine without a GPU.
+  bool overlaps() const override { return overlap_; }
 
   void go(Op op) override {
     if (capture_) {
@@ -127,6 +133,7 @@ class CpuQueue : public Queue {
   uint64_t issued_ = 0;
   Clock::time_point stage_start_{};
   CpuGraph* capture_ = nullptr;
+  bool overlap_;  // DELTAQ_CPU_OVERLAP=1 when the queue was made
 };
 
 class CpuBackend : public Backend {

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kWalkThreads) draw_kernel(const float* x, int 
     }
   }
   if (out) out[0] = id;
-  if (out2) out2[0] = id;
+  if (out2 && id >= 0) out2[0] = id;  // a decline leaves the next input as it was
 }
 
 }  // namespace
