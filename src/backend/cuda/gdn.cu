@@ -425,6 +425,18 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     }
   }
   DQ_MARK();
+  // q's and k's conv output and rolled conv state for this lane's channels lane + 32 p.
+  auto keep_qk = [&](int p) {
+    a.u[chq[p]] = uq[p];
+    a.u[chk[p]] = uk[p];
+#pragma unroll
+    for (int j = 0; j + 1 < KC - 1; ++j) {
+      a.conv_state[size_t(j) * C + chq[p]] = sq[p][j + 1];
+      a.conv_state[size_t(j) * C + chk[p]] = sk[p][j + 1];
+    }
+    a.conv_state[size_t(KC - 2) * C + chq[p]] = inq[p];
+    a.conv_state[size_t(KC - 2) * C + chk[p]] = ink[p];
+  };
   if constexpr (CLUSTER) {
     cg::this_cluster().sync();  // every block's outputs are in every block (release / acquire)
     float ov[4], ss = 0.0f;
@@ -436,17 +448,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
     const int v = c0 + lane;  // = lane + 32 sl
     o_raw[v] = ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
-    // Every block of the cluster read q's and k's conv state before the barrier.
-    const int p = sl;
-    a.u[chq[p]] = uq[p];
-    a.u[chk[p]] = uk[p];
-#pragma unroll
-    for (int j = 0; j + 1 < KC - 1; ++j) {
-      a.conv_state[size_t(j) * C + chq[p]] = sq[p][j + 1];
-      a.conv_state[size_t(j) * C + chk[p]] = sk[p][j + 1];
-    }
-    a.conv_state[size_t(KC - 2) * C + chq[p]] = inq[p];
-    a.conv_state[size_t(KC - 2) * C + chk[p]] = ink[p];
+    keep_qk(sl);  // every block of the cluster read q's and k's conv state before the barrier
     return;
   }
   // The head's last block applies the gated RMSNorm to all 128 outputs and keeps q's and k's
@@ -470,20 +472,9 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     const int v = lane + 32 * p;
     o_raw[v] = ((ov[p] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
   }
-  {  // q and k: every block of the head computed them and has read their conv state: the last keeps them
+  // q and k: every block of the head computed them and has read their conv state: the last keeps them.
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      a.u[chq[p]] = uq[p];
-      a.u[chk[p]] = uk[p];
-#pragma unroll
-      for (int j = 0; j + 1 < KC - 1; ++j) {
-        a.conv_state[size_t(j) * C + chq[p]] = sq[p][j + 1];
-        a.conv_state[size_t(j) * C + chk[p]] = sk[p][j + 1];
-      }
-      a.conv_state[size_t(KC - 2) * C + chq[p]] = inq[p];
-      a.conv_state[size_t(KC - 2) * C + chk[p]] = ink[p];
-    }
-  }
+  for (int p = 0; p < 4; ++p) keep_qk(p);
   if (lane == 0) a.counters[hv] = 0u;
 }
 
@@ -506,8 +497,8 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
     static const char* cl_env = std::getenv("DELTAQ_GDN_CLUSTER");
     static const bool cluster = !(cl_env && cl_env[0] == '0');
     if (cluster && si == 0) {
-      launch_kernel_cluster(a.early ? split_kernel<4, 4, true, true> : split_kernel<4, 4, false, true>, a.hv * 4, 32, 4,
-                            0, s, a, skip);
+      launch_kernel_in(4, a.early ? split_kernel<4, 4, true, true> : split_kernel<4, 4, false, true>, a.hv * 4, 32, 0, s,
+                       a, skip);
       return;
     }
     launch_kernel(table[si][a.early ? 1 : 0], a.hv * (4 << si), 32, 0, s, a, skip);

@@ -18,6 +18,24 @@ namespace {
 constexpr int kChunk = 4096, kThreads = 1024;
 constexpr int TopKMax = 256;  // op::TopK::kMax
 
+// Descending bitonic sort of s[0..P), P a power of two, by the whole block.
+__device__ void bitonic_desc(unsigned long long* s, int P) {
+  for (int size = 2; size <= P; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const unsigned long long a = s[i], b = s[j];
+          if ((i & size) == 0 ? a < b : a > b) {
+            s[i] = b;
+            s[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+}
+
 __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* x, const unsigned long long* keys_in, int count,
                                                          int k, unsigned long long* keys_out, int32_t* ids,
                                                          float* vals) {
@@ -30,20 +48,7 @@ __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* x, const u
     s[i] = j < count ? (keys_in ? keys_in[j] : num::top_key(x[j], j)) : 0ull;  // 0: below every key
   }
   __syncthreads();
-  for (int size = 2; size <= kChunk; size <<= 1)  // bitonic sort, descending
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const unsigned long long a = s[i], b = s[j];
-          if ((i & size) == 0 ? a < b : a > b) {
-            s[i] = b;
-            s[j] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
+  bitonic_desc(s, kChunk);
   for (int i = threadIdx.x; i < k; i += blockDim.x) {
     if (ids) {
       const int id = num::top_key_index(s[i]);
@@ -74,24 +79,6 @@ __global__ void __launch_bounds__(256) sub_max_kernel(const float* x, int n, uns
     for (int m = 16; m >= 1; m >>= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, m));
     if (lane == 0) maxima[c] = key;
   }
-}
-
-// Descending bitonic sort of s[0..P), P a power of two, by the whole block.
-__device__ void bitonic_desc(unsigned long long* s, int P) {
-  for (int size = 2; size <= P; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const unsigned long long a = s[i], b = s[j];
-          if ((i & size) == 0 ? a < b : a > b) {
-            s[i] = b;
-            s[j] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
 }
 
 __device__ int pow2_at_least(int v) {
