@@ -1,4 +1,6 @@
 // The 4-bit mat-vec alone: the whole game for CPU decode speed.
+//   (0) on AVX-512 VNNI: the core's rate of 512-bit VPDPBUSD (the exact integer unit needs six
+//       per 64 bytes of weights and row), i.e. the kernel's compute ceiling on this machine,
 //   (1) compute rate with a matrix that stays in cache (no memory traffic),
 //   (2) streaming rate over the 187 weight products of one Qwen3.5-2B decode step (97 stages,
 //       lm_head included; 1.06 GB, random 4-bit weights in anonymous memory), against the read
@@ -21,6 +23,30 @@ using namespace dq;
 using clk = std::chrono::steady_clock;
 using bench::random_q4;
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+// 512-bit VPDPBUSD per second on this thread: 8 independent accumulators, so throughput and not
+// latency is measured.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vpdpbusd_per_second() {
+  __m512i a[8];
+  const __m512i x = _mm512_set1_epi32(0x01020304), y = _mm512_set1_epi32(0x05060708);
+  for (int i = 0; i < 8; ++i) a[i] = _mm512_set1_epi32(i);
+  const long n = 100000000;
+  const auto t0 = clk::now();
+  for (long k = 0; k < n; k += 8) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) a[i] = _mm512_dpbusd_epi32(a[i], x, y);
+    asm volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]), "+v"(a[7]));
+  }
+  const double s = std::chrono::duration<double>(clk::now() - t0).count();
+  alignas(64) int32_t out[16];
+  _mm512_store_si512(out, a[0]);
+  volatile int32_t sink = out[0];
+  (void)sink;
+  return double(n) / s;
+}
+#endif
+
 int main(int argc, char** argv) {
   std::string kernels = "auto";
   int threads = 0, reps = 10, cache_rows = 1024;
@@ -40,6 +66,13 @@ int main(int argc, char** argv) {
     auto q = be->make_queue();
     std::mt19937_64 rng(1);
     std::printf("backend: %s\n", be->name().c_str());
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512vnni")) {
+      const double r = vpdpbusd_per_second();
+      std::printf("VPDPBUSD zmm: %.2f G/s on one thread = a ceiling of %.1f GB/s of 4-bit weights per thread "
+                  "(six per 64 bytes of weights and row)\n", r / 1e9, r / 6 * 64 / 1e9);
+    }
+#endif
 
     // (1) cache-resident compute rate: a [1024, 2048] matrix (1.1 MB, half per core), many passes.
     {
