@@ -398,8 +398,11 @@ inline void argmax_cases(std::vector<Target>& targets) {
                                            {-INFINITY, NAN}, {0.f, -0.f, 0.f}, {-3.f, -1.f, -1.f, -2.f}};
   std::vector<float> big(248320);
   for (size_t i = 0; i < big.size(); ++i) big[i] = float((i * 7919) % 100003) * 1e-3f;
-  big[200001] = big[99999] = 1000.f;
+  big[200001] = big[99999] = 1000.f;  // the largest twice, far apart: the lower index
   cases.push_back(big);
+  std::vector<float> none(70000, NAN);  // nothing beats -inf, over many chunks: index 0
+  none[40000] = -INFINITY;
+  cases.push_back(none);
   for (const auto& x : cases) {
     Ref xr{rig.ref->upload(x.data(), x.size() * 4, "x")};
     const int n = int(x.size());

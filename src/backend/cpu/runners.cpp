@@ -134,6 +134,30 @@ class FastRunner : public CpuRunner {
     }
   }
 
+  // The reference's argmax (the first index of the largest value; NaN never wins; 0 when nothing
+  // beats -inf) over chunks in parallel, each chunk its own first best, then the chunks in order
+  // with a strictly larger value winning: the same index.
+  void exec(const op::Argmax& o) {
+    const float* x = o.x.as<float>();
+    constexpr int64_t kGrain = 1 << 14;
+    struct Best {
+      float v = -INFINITY;
+      int i = -1;
+    };
+    std::vector<Best> part(size_t((o.n + kGrain - 1) / kGrain));
+    pool_.parallel_for(o.n, [&](int64_t b, int64_t e, int) {
+      Best c;
+      for (int64_t i = b; i < e; ++i)
+        if (x[i] > c.v) c.v = x[i], c.i = int(i);
+      part[size_t(b / kGrain)] = c;
+    }, kGrain);
+    Best best{-INFINITY, 0};
+    for (const Best& c : part)
+      if (c.i >= 0 && c.v > best.v) best = c;
+    o.out.as<int32_t>()[0] = best.i;
+    if (o.out2) o.out2.as<int32_t>()[0] = best.i;
+  }
+
   // The draw's sums in parallel over blocks of 32 chunks (each chunk's sum in id order, as the
   // reference), the weights by the kernel set's vector exp; the walk as the reference.
   void exec(const op::SampleDraw& o) {
