@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "../unit/lockstep.h"
 #include "../unit/parity_cases.h"
 #include "../unit/queue_cases.h"
 #include "backend/cuda/cuda_backend.h"
@@ -282,23 +283,7 @@ TEST(CudaModel, PipelinedGreedyDecodeEqualsTheCpu) {
     ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after the rebuild";
     ASSERT_EQ(cpu->history(), gpu->history());
     // Up to the end of the context: the same tokens, then the same error.
-    int made = 0;
-    for (;; ++made) {
-      bool cpu_full = false, gpu_full = false;
-      try {
-        a = cpu->step_greedy();
-      } catch (const Error&) {
-        cpu_full = true;
-      }
-      try {
-        b = gpu->step_greedy();
-      } catch (const Error&) {
-        gpu_full = true;
-      }
-      ASSERT_EQ(cpu_full, gpu_full) << dir << " at greedy step " << made;
-      if (cpu_full) break;
-      ASSERT_EQ(a, b) << dir << " greedy step " << made;
-    }
+    lockstep::to_context_end([&] { return cpu->step_greedy(); }, [&] { return gpu->step_greedy(); }, dir + " greedy");
     EXPECT_EQ(cpu->position(), small.max_ctx);
     EXPECT_EQ(gpu->position(), small.max_ctx);
     // Reuse of the history: the CUDA one ends with the last returned token (fed ahead)
@@ -342,25 +327,10 @@ TEST(CudaModel, PipelinedDrawDecodeEqualsTheCpu) {
     b = gpu->step(other, &lb);
     ASSERT_EQ(a, b);
     ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after the rebuild";
-    for (int i = 0;; ++i) {
-      bool fa = false, fb = false;
-      double ub = -1;
-      const double ua = uni(ra);
-      try {
-        a = cpu->step_draw(a, 0.7f, 0.0f, ua);
-      } catch (const Error&) {
-        fa = true;
-      }
-      try {
-        b = gpu->step_draw_ahead(b, 0.7f, 0.0f, next_b, &ub);
-      } catch (const Error&) {
-        fb = true;
-      }
-      ASSERT_EQ(fa, fb) << dir << " at draw " << i;
-      if (fa) break;
-      ASSERT_EQ(a, b) << dir << " draw " << i;
-      ASSERT_EQ(ua, ub) << dir << " draw " << i;
-    }
+    double ua = 0, ub = -1;
+    lockstep::to_context_end([&] { return a = cpu->step_draw(a, 0.7f, 0.0f, ua = uni(ra)); },
+                             [&] { return b = gpu->step_draw_ahead(b, 0.7f, 0.0f, next_b, &ub); }, dir + " draw",
+                             [&](int i) { ASSERT_EQ(ua, ub) << dir << " draw " << i; });
     EXPECT_EQ(cpu->position(), small.max_ctx);
     EXPECT_EQ(gpu->position(), small.max_ctx);
     gpu->sync();

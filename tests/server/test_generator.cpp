@@ -13,6 +13,7 @@
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "text/model_text.h"
+#include "../unit/lockstep.h"
 
 namespace {
 
@@ -392,25 +393,10 @@ TEST(Generator, PipelinedDrawEqualsThePlainDraw) {
   ASSERT_EQ(ta, tb);
   ASSERT_EQ(la, lb);
   // Draws again, to the end of the context: b reuses the uniform of the draw it took back.
-  for (int i = 0;; ++i) {
-    bool fa = false, fb = false;
-    double ub = -1;
-    const double ua = uni(ra);
-    try {
-      ta = a->step_draw(ta, 0.7f, 0.0f, ua);
-    } catch (const dq::Error&) {
-      fa = true;
-    }
-    try {
-      tb = b->step_draw_ahead(tb, 0.7f, 0.0f, next_b, &ub);
-    } catch (const dq::Error&) {
-      fb = true;
-    }
-    ASSERT_EQ(fa, fb) << "at draw " << i;
-    if (fa) break;
-    ASSERT_EQ(ta, tb) << "draw " << i;
-    ASSERT_EQ(ua, ub) << "draw " << i;
-  }
+  double ua = 0, ub = -1;
+  lockstep::to_context_end([&] { return ta = a->step_draw(ta, 0.7f, 0.0f, ua = uni(ra)); },
+                           [&] { return tb = b->step_draw_ahead(tb, 0.7f, 0.0f, next_b, &ub); }, "draw",
+                           [&](int i) { ASSERT_EQ(ua, ub) << "draw " << i; });
   EXPECT_EQ(a->position(), o.max_ctx);
   EXPECT_EQ(b->position(), o.max_ctx);
   b->sync();
@@ -454,22 +440,7 @@ TEST(Generator, PipelinedGreedyEqualsThePlainGreedy) {
   const int32_t other = (ta + 1) % V;
   ASSERT_EQ(a->step(other, &la), b->step(other, &lb));
   ASSERT_EQ(la, lb);
-  for (int i = 0;; ++i) {
-    bool fa = false, fb = false;
-    try {
-      ta = a->step_greedy();
-    } catch (const dq::Error&) {
-      fa = true;
-    }
-    try {
-      tb = b->step_greedy();
-    } catch (const dq::Error&) {
-      fb = true;
-    }
-    ASSERT_EQ(fa, fb) << "at step " << i;
-    if (fa) break;
-    ASSERT_EQ(ta, tb) << "step " << i;
-  }
+  lockstep::to_context_end([&] { return a->step_greedy(); }, [&] { return b->step_greedy(); }, "greedy");
   b->sync();
   EXPECT_EQ(a->history(), b->history());
 }
