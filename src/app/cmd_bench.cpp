@@ -15,12 +15,15 @@ Command add_bench(CLI::App& app) {
   auto tokens = std::make_shared<int>(64);
   auto prompt = std::make_shared<int>(32);
   auto no_graph = std::make_shared<bool>(false);
+  auto no_sampled = std::make_shared<bool>(false);
   f->add(cmd);
   cmd->add_flag("--no-graph", *no_graph, "issue the step's ops one by one instead of replaying the recorded graph "
                                          "(with DELTAQ_PROFILE=1: a per-op time table)");
+  cmd->add_flag("--no-sampled", *no_sampled, "time greedy decoding only (not the three sampled runs, which each "
+                                             "feed the prompt again)");
   cmd->add_option("--tokens", *tokens, "decode steps to time")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prompt", *prompt, "prompt tokens fed first (prefill is timed too)")->check(CLI::Range(1, 1 << 20));
-  return {cmd, [f, tokens, prompt, no_graph]() {
+  return {cmd, [f, tokens, prompt, no_graph, no_sampled]() {
             using clk = std::chrono::steady_clock;
             EngineOptions opt = f->options();
             opt.use_graph = !*no_graph;
@@ -45,6 +48,7 @@ Command add_bench(CLI::App& app) {
             // it always is with random weights); with top_k 20 too (only the top 21 logits come back,
             // op::TopK); temperature 0.7 alone (drawn on the backend, op::SampleDraw: only the id).
             const int n_sampled = std::min(*tokens, 200);
+            std::pair<int, int> sampled_ctx{0, 0};
             auto time_sampled = [&](int top_k, float top_p) {
               SamplingParams sp;
               sp.temperature = 0.7f;
@@ -56,6 +60,12 @@ Command add_bench(CLI::App& app) {
               std::vector<int32_t> top_ids;
               std::vector<float> top_vals;
               int32_t tok = 1;
+              // From the prompt again, so that every sampled run decodes at the contexts of the
+              // greedy one (attention's cost grows with the context; after 500 greedy tokens
+              // the sampled steps would otherwise pay for a longer one).
+              e->reset();
+              e->feed(ids);
+              const int first = e->position();
               const auto ts = clk::now();
               for (int i = 0; i < n_sampled && e->position() < e->max_ctx(); ++i) {
                 if (sampler.plain()) {
@@ -83,9 +93,11 @@ Command add_bench(CLI::App& app) {
               }
               const double sec = std::chrono::duration<double>(clk::now() - ts).count();
               e->sync();  // a step issued ahead of the last id (not counted)
+              sampled_ctx = {first, e->position()};
               return n_sampled / sec;
             };
-            const double tps_row = time_sampled(0, 0.9f), tps_top = time_sampled(20, 0.9f), tps_draw = time_sampled(0, 1.0f);
+            double tps_row = 0, tps_top = 0, tps_draw = 0;
+            if (!*no_sampled) tps_row = time_sampled(0, 0.9f), tps_top = time_sampled(20, 0.9f), tps_draw = time_sampled(0, 1.0f);
             const double tps = *tokens / s;
             const double bpt = e->model().bytes_per_token(start_pos + *tokens / 2);
             std::printf("model        %s (%d layers, hidden %d, vocab %d)\n", f->model.c_str(), c.num_layers,
@@ -94,11 +106,12 @@ Command add_bench(CLI::App& app) {
             std::printf("prefill      %d tokens in %.3f s: %.1f tok/s\n", *prompt, prefill_s, *prompt / prefill_s);
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, end_pos);
-            std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (top 256 logits and the weight sum; "
+            if (!*no_sampled)
+              std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (top 256 logits and the weight sum; "
                         "the whole row when the top_p mass is wider); "
                         "%.2f tok/s with top_k 20 too (top 21 logits from the backend); %.2f tok/s with T 0.7 alone "
-                        "(drawn on the backend)\n",
-                        n_sampled, tps_row, tps_top, tps_draw);
+                        "(drawn on the backend); context %d..%d\n",
+                        n_sampled, tps_row, tps_top, tps_draw, sampled_ctx.first, sampled_ctx.second);
             std::printf("bytes/token  %.1f MB (weights %.1f MB + state and KV cache)\n", bpt / 1e6,
                         e->model().weights().matrix_bytes / 1e6);
             const double gbps = bpt * tps / 1e9;

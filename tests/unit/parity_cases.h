@@ -347,8 +347,9 @@ inline void attn_cases(std::vector<Target>& targets) {
   struct D {
     int h, hkv, hd, rot;
   };
-  // Contexts of one and of several 64-position chunks (more chunks than the CUDA ring's stages).
-  for (int ctx : {64, 300})
+  // Contexts of one and of several 64-position chunks (more chunks than the CUDA ring's stages;
+  // 302: rows of CUDA's per-head weights padded to 16 bytes).
+  for (int ctx : {64, 302})
   for (D d : {D{4, 2, 64, 16}, D{8, 2, 256, 64}, D{2, 2, 32, 32}, D{3, 1, 48, 0}})
     for (int pos0 : {0, 5, 40, 130, 290})
       for (int T : {1, 4}) {

@@ -285,17 +285,25 @@ __global__ void __launch_bounds__(kVThreads) softmax_v_ring_kernel(AttnArgs a, i
   }
   const int L = p + 1;
   const float* s = a.scores + (size_t(t) * a.h + h) * a.max_ctx;
+  // The scores come from L2 once (unrolled: the loads in flight together), into e; e is then
+  // made in place, each thread over its own positions.
   float mx = -INFINITY;
-  for (int tau = tid; tau < L; tau += kVThreads) mx = fmaxf(mx, s[tau]);
+#pragma unroll 8
+  for (int tau = tid; tau < L; tau += kVThreads) {
+    const float v = s[tau];
+    e[tau] = v;
+    mx = fmaxf(mx, v);
+  }
   for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
   if (lane == 0) slot[warp] = mx;
   __syncthreads();
   mx = slot[0];
   for (int w = 1; w < kVThreads / 32; ++w) mx = fmaxf(mx, slot[w]);
-  for (int tau = tid; tau < L; tau += kVThreads) e[tau] = num::exp(s[tau] - mx);
+  for (int tau = tid; tau < L; tau += kVThreads) e[tau] = num::exp(e[tau] - mx);
   __syncthreads();
-  if (warp == 0) {
+  if (warp == kDims / 32) {  // the first warp that runs no chain: the chain starts without waiting for Z
     float z = 0.0f;
+#pragma unroll 8
     for (int tau = lane; tau < L; tau += 32) z = z + e[tau];
     z = warp_butterfly(z);
     if (lane == 0) slot[kVThreads / 32] = z;
@@ -324,7 +332,20 @@ __global__ void __launch_bounds__(kVThreads) softmax_v_ring_kernel(AttnArgs a, i
       const float* v = ring + size_t(c % kVStages) * kVPos * kDims + tid;
       const int n = min(kVPos, L - c * kVPos);
       const float* ec = e + c * kVPos;
-      for (int k = 0; k < n; ++k) acc = fmaf(ec[k], v[k * kDims], acc);
+      if (n == kVPos) {
+        // A whole chunk unrolled: its loads issue ahead of the chain, which then runs at the
+        // latency of fmaf (a loop per position waited for its two loads every step).
+#pragma unroll
+        for (int k = 0; k < kVPos; k += 4) {
+          const float4 e4 = *reinterpret_cast<const float4*>(ec + k);
+          acc = fmaf(e4.x, v[k * kDims], acc);
+          acc = fmaf(e4.y, v[(k + 1) * kDims], acc);
+          acc = fmaf(e4.z, v[(k + 2) * kDims], acc);
+          acc = fmaf(e4.w, v[(k + 3) * kDims], acc);
+        }
+      } else {
+        for (int k = 0; k < n; ++k) acc = fmaf(ec[k], v[k * kDims], acc);
+      }
     }
     __syncthreads();  // the stage is refilled by the next iteration's issue
   }
@@ -335,6 +356,135 @@ __global__ void __launch_bounds__(kVThreads) softmax_v_ring_kernel(AttnArgs a, i
   }
 }
 
+// The same softmax and chain with the query heads of one KV head together (grouped-query
+// attention): a block takes KV head j's V for kGroupDims dims and runs the chains of all G of
+// its query heads over them, so V crosses from memory once per KV head instead of once per
+// query head, and each block streams only 64 bytes per position (the per-block stream was what
+// set the pace at long contexts). Threads (g, d) run head g's chain over dim d; head g's
+// scores, max and exp go to warps g (8 / G) ... (its share of the 8), its Z to warp 2 + g.
+// S stages of 4 KB in the ring: a block's V stream is latency-bound (S - 1 chunks in flight),
+// and the chain eats a chunk in ~130 ns. The scores come in by 4-byte asynchronous copies, all
+// in flight at once. Same order and arithmetic as softmax_v_kernel.
+constexpr int kGroupDims = 16, kGroupThreads = 256;
+constexpr size_t group_ring_floats(int stages) { return size_t(stages) * kVPos * kGroupDims; }
+
+template <int G, int S>
+__global__ void __launch_bounds__(kGroupThreads) softmax_v_group_kernel(AttnArgs a, int skip) {
+  static_assert(8 % G == 0 && G * kGroupDims <= 64 && 2 + G <= 8, "heads per KV head: 1, 2 or 4");
+  constexpr int kVStages = S;
+  pdl_trigger();
+  extern __shared__ __align__(16) float sm[];
+  float* ring = sm;                                // [S][kVPos][kGroupDims]
+  float* e_all = sm + group_ring_floats(S);        // [G][ctx4] exp(s - max) of each query head
+  const int ctx4 = (a.max_ctx + 3) & ~3;  // (16-byte rows for the chain's loads)
+  __shared__ float slot[kGroupThreads / 32], zs[G];
+  const int t = blockIdx.x / a.hkv, j = blockIdx.x % a.hkv, hd = a.hd;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int d0 = blockIdx.y * kGroupDims;
+  const size_t stride = size_t(a.hkv) * hd;
+  const float* vbase = a.v_cache + size_t(j) * hd + d0;
+  constexpr int kPieces = kVPos * kGroupDims / 4;  // 16-byte pieces per chunk: one per thread
+  static_assert(kPieces == kGroupThreads, "one piece per thread");
+  auto issue = [&](int c, int lim) {  // chunk c's positions below lim
+    float* dst = ring + size_t(c % kVStages) * kVPos * kGroupDims;
+    const int pos = tid / (kGroupDims / 4), part = tid % (kGroupDims / 4);
+    const int tau = c * kVPos + pos;
+    if (tau < lim && d0 + 4 * part < hd) async_copy16(dst + pos * kGroupDims + 4 * part, vbase + size_t(tau) * stride + 4 * part);
+  };
+  int p = 0;
+  if (a.early) {
+    p = *a.pos;
+#pragma unroll
+    for (int c = 0; c < kVStages - 1; ++c) {
+      issue(c, p);
+      async_commit();
+    }
+  }
+  pdl_wait();
+  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+  if (!a.early) p = *a.pos + t;
+  if (p < 0 || p >= a.max_ctx) {
+    async_wait_all();
+    return;
+  }
+  const int L = p + 1;
+  for (int g = 0; g < G; ++g) {  // the G heads' scores into e, every copy in flight at once
+    const float* s = a.scores + (size_t(t) * a.h + size_t(j) * G + g) * a.max_ctx;
+    for (int tau = tid; tau < L; tau += kGroupThreads) async_copy4(e_all + size_t(g) * ctx4 + tau, s + tau);
+  }
+  async_commit();
+  async_wait_all();
+  __syncthreads();
+  // Head g's max and exp by its 8 / G warps.
+  constexpr int kWarpsPerHead = 8 / G;
+  const int g_own = warp / kWarpsPerHead, sub = (warp % kWarpsPerHead) * 32 + lane;
+  float* e = e_all + size_t(g_own) * ctx4;
+  float mx = -INFINITY;
+#pragma unroll 8
+  for (int tau = sub; tau < L; tau += 32 * kWarpsPerHead) mx = fmaxf(mx, e[tau]);
+  for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  if (lane == 0) slot[warp] = mx;
+  __syncthreads();
+  mx = slot[g_own * kWarpsPerHead];
+  for (int w = 1; w < kWarpsPerHead; ++w) mx = fmaxf(mx, slot[g_own * kWarpsPerHead + w]);
+  for (int tau = sub; tau < L; tau += 32 * kWarpsPerHead) e[tau] = num::exp(e[tau] - mx);
+  __syncthreads();
+  if (warp >= 2 && warp < 2 + G) {  // Z of head warp - 2, by a warp that runs no chain
+    const float* ez = e_all + size_t(warp - 2) * ctx4;
+    float z = 0.0f;
+#pragma unroll 8
+    for (int tau = lane; tau < L; tau += 32) z = z + ez[tau];
+    z = warp_butterfly(z);
+    if (lane == 0) zs[warp - 2] = z;
+  }
+  // (the barrier at the first chunk publishes Z)
+  const int nchunks = (L + kVPos - 1) / kVPos;
+  if (!a.early) {
+#pragma unroll
+    for (int c = 0; c < kVStages - 1; ++c) {
+      issue(c, L);
+      async_commit();
+    }
+  } else if (p / kVPos < kVStages - 1) {  // the new row's chunk was issued early without it
+    float* dst = ring + size_t(p / kVPos) * kVPos * kGroupDims + (p % kVPos) * kGroupDims;
+    for (int k = tid; k < kGroupDims; k += kGroupThreads)
+      if (d0 + k < hd) dst[k] = vbase[size_t(p) * stride + k];
+  }
+  const int g = tid / kGroupDims, d = tid % kGroupDims, i = d0 + d;
+  const bool chain = tid < G * kGroupDims && i < hd;
+  const float* ec_all = e_all + size_t(g < G ? g : 0) * ctx4;
+  float acc = 0.0f;
+  for (int c = 0; c < nchunks; ++c) {
+    if (c + kVStages - 1 < nchunks) issue(c + kVStages - 1, L);
+    async_commit();
+    async_wait_group<kVStages - 1>();  // this thread's piece of chunk c has landed
+    __syncthreads();                   // and everyone's
+    if (chain) {
+      const float* v = ring + size_t(c % kVStages) * kVPos * kGroupDims + d;
+      const int n = min(kVPos, L - c * kVPos);
+      const float* ec = ec_all + c * kVPos;
+      if (n == kVPos) {
+#pragma unroll
+        for (int k = 0; k < kVPos; k += 4) {
+          const float4 e4 = *reinterpret_cast<const float4*>(ec + k);
+          acc = fmaf(e4.x, v[k * kGroupDims], acc);
+          acc = fmaf(e4.y, v[(k + 1) * kGroupDims], acc);
+          acc = fmaf(e4.z, v[(k + 2) * kGroupDims], acc);
+          acc = fmaf(e4.w, v[(k + 3) * kGroupDims], acc);
+        }
+      } else {
+        for (int k = 0; k < n; ++k) acc = fmaf(ec[k], v[k * kGroupDims], acc);
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's issue
+  }
+  if (chain) {
+    const int h = j * G + g;
+    const float* gate = a.qg + (size_t(t) * a.h + h) * 2 * hd + hd;
+    a.out[(size_t(t) * a.h + h) * hd + i] = (acc / zs[g]) * num::sigmoid(gate[i]);
+  }
+}
+
 }  // namespace
 
 void launch_attn(const AttnArgs& a, cudaStream_t s) {
@@ -342,7 +492,10 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   DQ_CHECK(size_t(a.max_ctx) * 4 <= 200 * 1024, "CUDA attention supports contexts up to 51200 tokens, got {}", a.max_ctx);
   const size_t smem = size_t(a.hd + 32) * 4;
   const dim3 grid(a.T * a.h, (a.max_ctx + kPos - 1) / kPos);
-  const int skip = lab_skip("attn") ? 1 : 0;
+  // The kernel lab (DELTAQ_LAB_SKIP): "attn" skips all of attention, "scores" the scores
+  // kernels, "softv" the softmax and weighted-sum kernels.
+  const int skip = lab_skip("attn") || lab_skip("scores") ? 1 : 0;
+  const int skip_v = lab_skip("attn") || lab_skip("softv") ? 1 : 0;
   // Decode: the append and the scores in one kernel (DELTAQ_ATTN_FUSED=0: the two kernels).
   static const char* fused_env = std::getenv("DELTAQ_ATTN_FUSED");
   static const bool fused_on = !(fused_env && fused_env[0] == '0');
@@ -360,15 +513,40 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(softmax_v_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
+  // Grouped query heads over one ring when G is 1, 2 or 4, the dims split in 16s and the
+  // context's weights fit (DELTAQ_ATTN_GROUP=0: never).
+  static const char* group_env = std::getenv("DELTAQ_ATTN_GROUP");
+  static const bool group_on = !(group_env && group_env[0] == '0');
+  const int G = a.h / a.hkv;
+  const size_t e_bytes = size_t(G) * ((a.max_ctx + 3) & ~3) * 4;
+  // 16 stages when they fit beside the weights, else 4.
+  const int stages = group_ring_floats(16) * 4 + e_bytes <= 225 * 1024 ? 16 : 4;
+  const size_t group_smem = group_ring_floats(stages) * 4 + e_bytes;
+  if (group_on && a.h % a.hkv == 0 && (G == 1 || G == 2 || G == 4) && a.hd % kGroupDims == 0 &&
+      group_smem <= 225 * 1024) {
+    using K = void (*)(AttnArgs, int);
+    static const K table[2][3] = {{softmax_v_group_kernel<1, 4>, softmax_v_group_kernel<2, 4>, softmax_v_group_kernel<4, 4>},
+                                  {softmax_v_group_kernel<1, 16>, softmax_v_group_kernel<2, 16>,
+                                   softmax_v_group_kernel<4, 16>}};
+    static bool group_attr = false;
+    if (!group_attr) {
+      for (auto& row : table)
+        for (K k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+      group_attr = true;
+    }
+    launch_kernel(table[stages == 16 ? 1 : 0][G == 1 ? 0 : G == 2 ? 1 : 2], dim3(a.T * a.hkv, a.hd / kGroupDims),
+                  kGroupThreads, group_smem, s, b, skip_v);
+    return;
+  }
   // The ring kernel when its ring and the context's weights fit in shared memory (DELTAQ_ATTN_RING=0: never).
   static const char* ring_env = std::getenv("DELTAQ_ATTN_RING");
   static const bool ring_on = !(ring_env && ring_env[0] == '0');
   const size_t ring_smem = kVRingBytes + size_t(a.max_ctx) * 4;
   if (ring_on && ring_smem <= 225 * 1024) {
-    launch_kernel(softmax_v_ring_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kVThreads, ring_smem, s, b, skip);
+    launch_kernel(softmax_v_ring_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kVThreads, ring_smem, s, b, skip_v);
     return;
   }
-  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, b, skip);
+  launch_kernel(softmax_v_kernel, dim3(a.T * a.h, (a.hd + kDims - 1) / kDims), kDims, size_t(a.max_ctx) * 4, s, b, skip_v);
 }
 
 }  // namespace dq::cuda

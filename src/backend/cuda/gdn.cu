@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
       for (int j = 0; j + 1 < KC - 1; ++j) st[c][j] = st[c][j + 1];
       st[c][KC - 2] = in[c];
     }
-    DQ_MARK();
+    if (t == 0) DQ_MARK();  // (the first token only: prefill would fill the records)
     qn[v] = uc[0];
     kn[v] = uc[1];
     __syncthreads();
@@ -242,14 +242,14 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
     const float beta = num::sigmoid(bt);
     const float g = A_neg * num::softplus(at_ + dt_bias);
     const float alpha = num::exp(g);
-    DQ_MARK();
+    if (t == 0) DQ_MARK();
     ob[v] = delta_rule_column<DK>(col, kn, qn, alpha, beta, uc[2]);
     __syncthreads();
-    DQ_MARK();
+    if (t == 0) DQ_MARK();
     const float r = num::rms_inv(block_sum_squares(ob, DK, slot + 2), DK, a.eps);
     a.out[at] = ((ob[v] * r) * nw) * num::silu(zv);
     __syncthreads();
-    DQ_MARK();
+    if (t == 0) DQ_MARK();
   }
 #pragma unroll
   for (int i = 0; i < DK; ++i) Sg[i * DK + v] = col[i];
@@ -273,9 +273,17 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
 // same order; block sl keeps the conv state of q's and k's channels lane + 32 sl. The global
 // fence that made the state stores and the outputs visible before the count, and the last
 // block's reads through L2, leave the critical path.
+// q's and k's conv output, rolled conv state and channels, for one of a lane's four channels.
+template <int KC>
+struct QkKeepT {
+  float uq, uk, inq, ink, sq[KC - 2], sk[KC - 2];
+  int chq, chk;
+};
+
 template <int KC, int SL, bool EARLY, bool CLUSTER = false>
 __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   constexpr int DK = 128, CW = DK / SL;
+  using QkKeep = QkKeepT<KC>;
   static_assert(CW <= 32 && DK % SL == 0, "one lane per column");
   static_assert(!CLUSTER || SL == 4, "the cluster finisher gives block sl the channels lane + 32 sl");
   pdl_trigger();
@@ -284,7 +292,6 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   if constexpr (CLUSTER) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   __shared__ __align__(16) float qn[DK], kn[DK];  // read four at a time by the delta rule
   __shared__ float o_all[CLUSTER ? DK : 1];  // CLUSTER: the head's outputs, pushed by its blocks
-  __shared__ __align__(16) float scol[DK][CW];  // the slice of S, copied in while the conv runs
   const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = a.hv;
   const int C = 3 * H * DK;
   const int lane = threadIdx.x, c0 = sl * CW;
@@ -319,11 +326,6 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     return;
   }
-  for (int e = lane; e < DK * CW / 4; e += 32) {
-    const int i = e / (CW / 4), part = e % (CW / 4);
-    async_copy16(&scol[i][4 * part], Sg + size_t(i) * DK + 4 * part);
-  }
-  async_commit();
   float sq[4][KC - 1], sk[4][KC - 1], sv[KC - 1];
 #pragma unroll
   for (int j = 0; j < KC - 1; ++j) {
@@ -376,42 +378,62 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     for (int j = 0; j + 1 < KC - 1; ++j) a.conv_state[size_t(j) * C + chv] = sv[j + 1];
     a.conv_state[size_t(KC - 2) * C + chv] = inv;
   }
+  // What keep_qk stores for channel set p; the cluster's block keeps only p = sl, picked now so
+  // that the other three sets are not live beside the column of S (they spilled).
+  auto pick = [&](int p) {
+    QkKeep k{};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (r == p) {
+        k.uq = uq[r], k.uk = uk[r], k.inq = inq[r], k.ink = ink[r], k.chq = chq[r], k.chk = chk[r];
+#pragma unroll
+        for (int j = 0; j < KC - 2; ++j) k.sq[j] = sq[r][j + 1], k.sk[j] = sk[r][j + 1];
+      }
+    return k;
+  };
+  [[maybe_unused]] const QkKeep mine = CLUSTER ? pick(sl) : QkKeep{};
+  // This lane's column of S into registers: 128 independent loads in flight at once (the
+  // delta rule then reads no shared memory: a single warp issues all of it, and its chains ran
+  // at the latency of the shared loads).
+  float col[DK];
+  if (owner) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) col[i] = Sg[size_t(i) * DK + lane];
+  }
   __syncwarp();
   const float beta = num::sigmoid(bt);
   const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
   float* o_raw = a.out + size_t(hv) * DK;
-  async_wait_all();
   __syncwarp();
   DQ_MARK();
   if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // all started
-  if (owner) {  // delta_rule_column's arithmetic, the column in shared memory
+  if (owner) {  // delta_rule_column's arithmetic, the column in registers
     // q and k in 16-byte loads (one instead of four per row: a single warp issues every
     // instruction of this phase, so their count is its time); the same chains, i increasing.
     const float4* kn4 = reinterpret_cast<const float4*>(kn);
     const float4* qn4 = reinterpret_cast<const float4*>(qn);
     float m = 0.0f;
-#pragma unroll 4
+#pragma unroll
     for (int i4 = 0; i4 < DK / 4; ++i4) {
       const float4 k4 = kn4[i4];
       const float kk[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * i4 + j;
-        const float c = alpha * scol[i][lane];
-        scol[i][lane] = c;
-        m = fmaf(c, kk[j], m);
+        col[i] = alpha * col[i];
+        m = fmaf(col[i], kk[j], m);
       }
     }
     const float delta = beta * (uv - m);
     float o = 0.0f;
-#pragma unroll 4
+#pragma unroll
     for (int i4 = 0; i4 < DK / 4; ++i4) {
       const float4 k4 = kn4[i4], q4 = qn4[i4];
       const float kk[4] = {k4.x, k4.y, k4.z, k4.w}, qq[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * i4 + j;
-        const float c = fmaf(kk[j], delta, scol[i][lane]);
+        const float c = fmaf(kk[j], delta, col[i]);
         o = fmaf(c, qq[j], o);
         Sg[size_t(i) * DK + lane] = c;
       }
@@ -426,16 +448,16 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   }
   DQ_MARK();
   // q's and k's conv output and rolled conv state for this lane's channels lane + 32 p.
-  auto keep_qk = [&](int p) {
-    a.u[chq[p]] = uq[p];
-    a.u[chk[p]] = uk[p];
+  auto keep_qk = [&](const QkKeep& k) {
+    a.u[k.chq] = k.uq;
+    a.u[k.chk] = k.uk;
 #pragma unroll
-    for (int j = 0; j + 1 < KC - 1; ++j) {
-      a.conv_state[size_t(j) * C + chq[p]] = sq[p][j + 1];
-      a.conv_state[size_t(j) * C + chk[p]] = sk[p][j + 1];
+    for (int j = 0; j < KC - 2; ++j) {
+      a.conv_state[size_t(j) * C + k.chq] = k.sq[j];
+      a.conv_state[size_t(j) * C + k.chk] = k.sk[j];
     }
-    a.conv_state[size_t(KC - 2) * C + chq[p]] = inq[p];
-    a.conv_state[size_t(KC - 2) * C + chk[p]] = ink[p];
+    a.conv_state[size_t(KC - 2) * C + k.chq] = k.inq;
+    a.conv_state[size_t(KC - 2) * C + k.chk] = k.ink;
   };
   if constexpr (CLUSTER) {
     cg::this_cluster().sync();  // every block's outputs are in every block (release / acquire)
@@ -448,7 +470,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
     const int v = c0 + lane;  // = lane + 32 sl
     o_raw[v] = ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
-    keep_qk(sl);  // every block of the cluster read q's and k's conv state before the barrier
+    keep_qk(mine);  // every block of the cluster read q's and k's conv state before the barrier
     return;
   }
   // The head's last block applies the gated RMSNorm to all 128 outputs and keeps q's and k's
@@ -474,7 +496,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   }
   // q and k: every block of the head computed them and has read their conv state: the last keeps them.
 #pragma unroll
-  for (int p = 0; p < 4; ++p) keep_qk(p);
+  for (int p = 0; p < 4; ++p) keep_qk(pick(p));
   if (lane == 0) a.counters[hv] = 0u;
 }
 

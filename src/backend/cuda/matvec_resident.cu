@@ -251,17 +251,17 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       }
       for (int u = threadIdx.x + 2 * blockDim.x; u < U; u += blockDim.x) finish_unit(u, x4[2 * u], x4[2 * u + 1]);
     }
-    DQ_MARK();
+    if (t == 0) DQ_MARK();  // (the first token only: prefill would fill the records)
     if (t == 0) async_wait_all();  // this thread's weight copies have landed
     __syncthreads();
-    DQ_MARK();
+    if (t == 0) DQ_MARK();
     for (int g = threadIdx.x; g < G && !(skip & 16); g += blockDim.x) {  // group sums: chain of unit sums
       float s = 0.0f;
       for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) s = s + pu[u];
       xg[g] = s;
     }
     __syncthreads();
-    DQ_MARK();
+    if (t == 0) DQ_MARK();
 
     if (skip & 2) {
       if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       }
     }
     __syncthreads();  // the next token overwrites x
-    DQ_MARK();
+    if (t == 0) DQ_MARK();
   }
 }
 
