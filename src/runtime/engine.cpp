@@ -126,6 +126,7 @@ void Engine::drop_ahead() {
 
 void Engine::issue_ahead() {
   q_->replay(*step_graph_);
+  logits_in_chunk_ = false;
   ahead_slot_ ^= 1;
   q_->go(op::Read{act1_.next.buf, 0, 4, &ahead_next_[ahead_slot_]});
   ahead_mark_ = q_->mark();
@@ -135,6 +136,7 @@ void Engine::issue_ahead() {
 
 void Engine::issue_draw_ahead(float temperature, float min_p, double u) {
   q_->replay(*step_graph_);
+  logits_in_chunk_ = false;
   ahead_slot_ ^= 1;
   // The drawn id becomes the next step's input (act1_.tokens) unless the draw declines; then
   // the input is the argmax the graph wrote there.
@@ -211,6 +213,7 @@ int32_t Engine::feed(std::span<const int32_t> ids, std::vector<float>* last_logi
     if (n == 1 && i + 1 == ids.size()) return step(ids[i], last_logits);  // the recorded step
     write_tokens(act_, ids.subspan(i, n));
     model_->forward(*q_, state_, act_, n, false, act1_.tokens);
+    logits_in_chunk_ = true;
     q_->go(op::Read{act_.next.buf, 0, 4, &next});
     if (last_logits && i + n == ids.size()) {
       last_logits->resize(config().vocab_size);
@@ -372,6 +375,7 @@ bool Engine::issue_step(int32_t token, int32_t* next) {
     write_tokens(act1_, one);
     if (step_graph_) q_->replay(*step_graph_);
     else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+    logits_in_chunk_ = false;
   }
   q_->go(op::Read{act1_.next.buf, 0, 4, next});
   return !fed;
@@ -386,13 +390,17 @@ void Engine::read_logits(std::vector<float>* logits) {
   settle();
   if (fed_ahead_) fail("read_logits: the last step_greedy() result was already fed ahead (its logits are gone)");
   logits->resize(config().vocab_size);
-  q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
+  // The last forward's row: a prefill chunk's (after feed, or a rebuild that dropped a step
+  // issued ahead) or the step's.
+  const auto& last = logits_in_chunk_ ? act_.logits : act1_.logits;
+  q_->go(op::Read{last.buf, 0, size_t(config().vocab_size) * 4, logits->data()});
   q_->wait();
 }
 
 int32_t Engine::run_step(std::vector<float>* logits, int32_t token) {
   if (step_graph_) q_->replay(*step_graph_);
   else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
+  logits_in_chunk_ = false;
   int32_t next = 0;
   q_->go(op::Read{act1_.next.buf, 0, 4, &next});
   if (logits) {

@@ -134,6 +134,7 @@ class Engine {
   int32_t last_next_ = 0;         // the last argmax: step_greedy's input, already on the device
   // The pipelined greedy decode (step_greedy on a queue that overlaps).
   bool ahead_ = false;       // a step feeding last_next_ is issued and not yet waited for
+  bool logits_in_chunk_ = false;  // the last forward was a prefill chunk (its row is in act_)
   bool fed_ahead_ = false;   // the state holds (or will) the last token step_greedy returned
   uint64_t ahead_mark_ = 0;  // the queue mark after that step
   int ahead_slot_ = 0;       // which of ahead_next_ its argmax lands in

@@ -4,14 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "format/safetensors.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
+#include "runtime/sampler.h"
 #include "text/model_text.h"
 #include "../unit/lockstep.h"
 
@@ -411,6 +416,108 @@ TEST(Generator, PipelinedDrawEqualsThePlainDraw) {
   const auto ra_ = ga.generate(req, {}), rb_ = gb.generate(req, {});
   EXPECT_EQ(ra_.tokens, rb_.tokens);
   EXPECT_EQ(ra_.text, rb_.text);
+}
+
+// A copy of tiny-q4 whose tied embedding / head rows `rows` have the largest bf16 bias in their
+// first group (and none in the others): their logits are the first group's sum of x times
+// 3.39e38, +inf or -inf with its sign, all together, so that about every other draw declines
+// (the row holds +inf).
+static std::string overflowing_model(const std::vector<int>& rows) {
+  namespace fs = std::filesystem;
+  const std::string src = std::string(DQ_TEST_DATA) + "/tiny-q4";
+  const std::string dir = std::string(::testing::TempDir()) + "/overflowing-head";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "model.safetensors.index.json"})
+    fs::copy_file(src + "/" + f, dir + "/" + f);
+  size_t biases = 0, row_bytes = 0;
+  {
+    auto st = dq::SafetensorsFile::open(dir + "/model.safetensors");
+    const dq::TensorInfo* b = st->find("language_model.model.embed_tokens.biases");
+    if (!b || b->dtype != dq::DType::BF16 || b->shape.size() != 2) throw std::runtime_error("tiny-q4 layout changed");
+    biases = b->file_offset, row_bytes = size_t(b->shape[1]) * 2;
+  }
+  std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  for (int r : rows)
+    for (size_t k = 0; k < row_bytes; k += 2) {
+      const char big[2] = {'\x7f', '\x7f'}, zero[2] = {0, 0};  // bf16 3.39e38 and +0 (little endian)
+      f.seekp(long(biases + size_t(r) * row_bytes + k));
+      f.write(k == 0 ? big : zero, 2);
+    }
+  return dir;
+}
+
+// read_logits() after a prompt fed as one prefill chunk: that chunk's last row (it was the
+// decode step's buffer, whatever the last step had left there).
+TEST(Generator, ReadLogitsAfterAFeedIsThePromptsLastRow) {
+  dq::EngineOptions o;
+  o.threads = 1;
+  auto e = dq::Engine::open(kDemo, o);
+  std::vector<float> fed, read, stepped;
+  e->step(7, &stepped);  // a step first: its row sits in the step's buffer
+  e->reset();
+  e->feed(std::vector<int32_t>{5, 9, 2, 6, 5, 3}, &fed);
+  e->read_logits(&read);
+  ASSERT_EQ(fed.size(), read.size());
+  EXPECT_EQ(0, std::memcmp(fed.data(), read.data(), fed.size() * 4));
+  EXPECT_NE(0, std::memcmp(stepped.data(), read.data(), read.size() * 4));
+}
+
+// The pipelined draw's decline path: the draw issued ahead returns -1 (a row with +inf, then rows
+// with no number), the step issued after it is taken back, and the host's fallback on the row's
+// logits continues; on a CPU queue that overlaps, the ids, uniforms and history of the plain
+// step_draw with the same fallback.
+TEST(Generator, PipelinedDrawDeclinesAsThePlainDraw) {
+  const std::string model = overflowing_model({3, 100, 257, 400, 511, 640, 777, 901, 1000, 1023});
+  dq::EngineOptions o;
+  o.threads = 1;
+  o.max_ctx = 40;
+  setenv("DELTAQ_CPU_OVERLAP", "1", 1);
+  auto b = dq::Engine::open(model, o);
+  unsetenv("DELTAQ_CPU_OVERLAP");
+  auto a = dq::Engine::open(model, o);
+  ASSERT_TRUE(b->queue().overlaps());
+  dq::SamplingParams sp;
+  sp.temperature = 0.8f;
+  dq::Sampler fallback(sp);
+  std::mt19937_64 ra(5), rb(5);
+  auto uni = [](std::mt19937_64& r) { return double(r() >> 11) * 0x1.0p-53; };
+  const std::vector<int32_t> prompt = {5, 9, 2, 6};
+  int32_t ta = a->feed(prompt), tb = b->feed(prompt);
+  ASSERT_EQ(ta, tb);
+  int declined = 0, drawn = 0;
+  std::vector<float> la, lb;
+  for (int i = 0; i < 30; ++i) {
+    const double ua = uni(ra);
+    double ub = -1;
+    const int32_t da = a->step_draw(ta, 0.8f, 0.0f, ua);
+    const int32_t db = b->step_draw_ahead(tb, 0.8f, 0.0f, [&] { return uni(rb); }, &ub);
+    ASSERT_EQ(da, db) << "step " << i;
+    ASSERT_EQ(ua, ub) << "step " << i;
+    if (da < 0) {
+      ++declined;
+      a->read_logits(&la);
+      b->read_logits(&lb);
+      ASSERT_EQ(la.size(), lb.size());
+      ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "step " << i;  // NaN rows too
+      ta = fallback.sample_declined(la, ua);
+      tb = fallback.sample_declined(lb, ub);
+    } else {
+      ++drawn;
+      ta = da, tb = db;
+    }
+    ASSERT_EQ(ta, tb);
+  }
+  EXPECT_GT(declined, 3) << "the overflowing rows should make draws decline";
+  EXPECT_GT(drawn, 3);
+  // The last token fed on both (b may hold it fed ahead already): the same logits and history.
+  a->step(ta, &la);
+  b->step(tb, &lb);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4));
+  b->sync();
+  EXPECT_EQ(a->history(), b->history());
+  EXPECT_EQ(a->position(), b->position());
 }
 
 // The pipelined greedy decode (Engine::step_greedy issuing the step that feeds each returned
