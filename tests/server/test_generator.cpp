@@ -358,21 +358,33 @@ TEST(Generator, APromptThatExtendsTheHistoryFeedsOnlyTheNewTokens) {
   }
 }
 
+// Two engines on one model: a plain one and one whose CPU queue reports overlap as CUDA's does
+// (DELTAQ_CPU_OVERLAP=1: steps are issued ahead, and run at the waits).
+struct EnginePair {
+  std::unique_ptr<dq::Engine> plain, overlapping;
+};
+static EnginePair plain_and_overlapping(const std::string& model, int max_ctx) {
+  dq::EngineOptions o;
+  o.threads = 1;
+  o.max_ctx = max_ctx;
+  setenv("DELTAQ_CPU_OVERLAP", "1", 1);
+  EnginePair p;
+  p.overlapping = dq::Engine::open(model, o);
+  unsetenv("DELTAQ_CPU_OVERLAP");
+  p.plain = dq::Engine::open(model, o);
+  EXPECT_TRUE(p.overlapping->queue().overlaps());
+  EXPECT_FALSE(p.plain->queue().overlaps());
+  return p;
+}
+
 // The pipelined draw (Engine::step_draw_ahead) on a CPU queue that reports overlap as CUDA's
 // does (DELTAQ_CPU_OVERLAP=1: steps are issued ahead, and run at the waits): the ids and
 // uniforms of step_draw; another token rebuilds the state and the draw taken back lends its
 // uniform to the next; the context's end where the plain engine's is; and through the
 // generator, the same text as the plain engine.
 TEST(Generator, PipelinedDrawEqualsThePlainDraw) {
-  dq::EngineOptions o;
-  o.threads = 1;
-  o.max_ctx = 40;
-  setenv("DELTAQ_CPU_OVERLAP", "1", 1);
-  auto b = dq::Engine::open(kDemo, o);
-  unsetenv("DELTAQ_CPU_OVERLAP");
-  auto a = dq::Engine::open(kDemo, o);
-  ASSERT_TRUE(b->queue().overlaps());
-  ASSERT_FALSE(a->queue().overlaps());
+  auto [a, b] = plain_and_overlapping(kDemo, 40);
+  const int max_ctx = 40;
   const int V = a->config().vocab_size;
   std::mt19937_64 ra(3), rb(3);
   auto uni = [](std::mt19937_64& r) { return double(r() >> 11) * 0x1.0p-53; };
@@ -402,8 +414,8 @@ TEST(Generator, PipelinedDrawEqualsThePlainDraw) {
   lockstep::to_context_end([&] { return ta = a->step_draw(ta, 0.7f, 0.0f, ua = uni(ra)); },
                            [&] { return tb = b->step_draw_ahead(tb, 0.7f, 0.0f, next_b, &ub); }, "draw",
                            [&](int i) { ASSERT_EQ(ua, ub) << "draw " << i; });
-  EXPECT_EQ(a->position(), o.max_ctx);
-  EXPECT_EQ(b->position(), o.max_ctx);
+  EXPECT_EQ(a->position(), max_ctx);
+  EXPECT_EQ(b->position(), max_ctx);
   b->sync();
   EXPECT_EQ(a->history(), b->history());
   // The generator on each (temperature alone: its draw path), the same seeded text.
@@ -469,14 +481,7 @@ TEST(Generator, ReadLogitsAfterAFeedIsThePromptsLastRow) {
 // step_draw with the same fallback.
 TEST(Generator, PipelinedDrawDeclinesAsThePlainDraw) {
   const std::string model = overflowing_model({3, 100, 257, 400, 511, 640, 777, 901, 1000, 1023});
-  dq::EngineOptions o;
-  o.threads = 1;
-  o.max_ctx = 40;
-  setenv("DELTAQ_CPU_OVERLAP", "1", 1);
-  auto b = dq::Engine::open(model, o);
-  unsetenv("DELTAQ_CPU_OVERLAP");
-  auto a = dq::Engine::open(model, o);
-  ASSERT_TRUE(b->queue().overlaps());
+  auto [a, b] = plain_and_overlapping(model, 40);
   dq::SamplingParams sp;
   sp.temperature = 0.8f;
   dq::Sampler fallback(sp);
@@ -524,14 +529,7 @@ TEST(Generator, PipelinedDrawDeclinesAsThePlainDraw) {
 // token) on a CPU queue that reports overlap: the plain engine's ids, the step fed ahead taken
 // by a call with its token, a rebuild for another token, the context's end at the same place.
 TEST(Generator, PipelinedGreedyEqualsThePlainGreedy) {
-  dq::EngineOptions o;
-  o.threads = 1;
-  o.max_ctx = 32;
-  setenv("DELTAQ_CPU_OVERLAP", "1", 1);
-  auto b = dq::Engine::open(kDemo, o);
-  unsetenv("DELTAQ_CPU_OVERLAP");
-  auto a = dq::Engine::open(kDemo, o);
-  ASSERT_TRUE(b->queue().overlaps());
+  auto [a, b] = plain_and_overlapping(kDemo, 32);
   const int V = a->config().vocab_size;
   const std::vector<int32_t> prompt = {5, 9, 2, 6, 5, 3};
   int32_t ta = a->feed(prompt), tb = b->feed(prompt);
