@@ -378,8 +378,9 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     for (int j = 0; j + 1 < KC - 1; ++j) a.conv_state[size_t(j) * C + chv] = sv[j + 1];
     a.conv_state[size_t(KC - 2) * C + chv] = inv;
   }
-  // What keep_qk stores for channel set p; the cluster's block keeps only p = sl, picked now so
-  // that the other three sets are not live beside the column of S (they spilled).
+  // What keep_qk stores for channel set p; the cluster's block keeps only p = sl, picked here.
+  // (With the column of S in registers this kernel spills 100 bytes, ptxas -v; picking was meant
+  // to avoid that and did not: 72 bytes without it, the two not compared on the GPU.)
   auto pick = [&](int p) {
     QkKeep k{};
 #pragma unroll
