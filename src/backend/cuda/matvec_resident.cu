@@ -10,7 +10,6 @@
 #include <string>
 
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/mma_q4.cuh"
 #include "backend/cuda/q4.cuh"
 #include "ops/numerics.h"
 
@@ -29,19 +28,6 @@ __device__ __forceinline__ void stage_copy(void* dst, const void* src, uint32_t 
   } else {
     for (uint32_t i = threadIdx.x; i < bytes / 2; i += blockDim.x)
       static_cast<unsigned short*>(dst)[i] = __ldg(static_cast<const unsigned short*>(src) + i);
-  }
-}
-
-// Copies `rows` rows of `bytes` each (a multiple of 16) to shared memory rows `stride` bytes
-// apart (the MMA products' padding, which puts the 8 rows a warp reads at once in different banks).
-__device__ __forceinline__ void stage_copy_rows(void* dst, const void* src, uint32_t rows, uint32_t bytes,
-                                                uint32_t stride) {
-  const uint32_t per_row = bytes / 16;
-  const uint32_t magic = uint32_t((0x100000000ull + per_row - 1) / per_row);  // i / per_row = umulhi(i, magic)
-  for (uint32_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {  // (exact while i * per_row < 2^32)
-    const uint32_t r = __umulhi(i, magic), c = i - r * per_row;
-    async_copy16(static_cast<unsigned char*>(dst) + r * stride + 16 * c,
-                 static_cast<const unsigned char*>(src) + r * bytes + 16 * c);
   }
 }
 
@@ -113,166 +99,8 @@ __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, con
   }
 }
 
-// The MMA products (MMA = true: 8 warps, the fast path's conditions, groups of >= 32 inputs):
-// warp w takes the chunks c = w, w + 8, ... (4 units each: mma_q4.cuh) of every row of the
-// block, 16 rows (a tile; SwiGLU: 8 gate rows and their 8 up rows) per pair of mma. Thread
-// (g, t) of warp w then carries, for rows g and g+8 of each tile, the chain of lane 4w + t of
-// the canonical order (units 4w + t + 32i, i ascending: affine_dot's lane u % 32), and adds its
-// bias terms; the 32 lanes of a row meet in shared memory (red), and one thread a row sums them
-// in the butterfly's order. Weight and scale rows sit 16 bytes further apart than their size.
-constexpr int kMmaTiles = 4;                // tiles per pass over the chunks
-constexpr int kMmaChunks = 4;               // chunks a warp has in flight
-constexpr int kRedStride = 33;              // floats per row of red (conflict-free row reads)
-constexpr int kRedRows = 16 * kMmaTiles;
-
-// Whether the largest block's rows take more than one pass of kMmaTiles tiles (then the lanes'
-// table cannot lie over x, which the next pass reads); the host sizes shared memory by it.
-__host__ __device__ inline bool mma_red_apart(bool swiglu, int items, int blocks) {
-  const int per_block = (items + blocks - 1) / blocks;
-  return (per_block + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16) > kMmaTiles;
-}
-
-// Shared-memory byte offsets of the weight, scale and bias rows of the thread's row h of tile
-// k (SwiGLU: h = 0 gate, 1 up of pair 8k + g; else block row 16k + g + 8h, the segments' rows
-// one after another). A row past the block's last reads offset 0 (inside the allocation), and
-// its result is dropped.
-struct MmaRow {
-  uint32_t w = 0, s = 0, b = 0;
-};
-__device__ __forceinline__ MmaRow mma_row_at(const Seg (&seg)[ProjectArgs::kMax], int nseg, bool swiglu, int rows,
-                                             int k, int h, int g, uint32_t wstride, uint32_t sstride) {
-  MmaRow o;
-  if (swiglu) {
-    const int p = 8 * k + g;
-    if (p < rows) o = MmaRow{seg[h].w + uint32_t(p) * wstride, seg[h].s + uint32_t(p) * sstride,
-                             seg[h].b + uint32_t(p) * sstride};
-    return o;
-  }
-  const int r = 16 * k + g + 8 * h;
-  int base = 0;
-#pragma unroll
-  for (int i = 0; i < ProjectArgs::kMax; ++i)
-    if (i < nseg) {
-      if (r >= base && r < base + seg[i].n) {
-        const uint32_t j = uint32_t(r - base);
-        o = MmaRow{seg[i].w + j * wstride, seg[i].s + j * sstride, seg[i].b + j * sstride};
-      }
-      base += seg[i].n;
-    }
-  return o;
-}
-
-// The MMA products of token t (see above): x's split words, unit sums and group sums are in
-// shared memory; writes the block's outputs with the epilogue.
-__device__ __forceinline__ void mma_products(const ProjectArgs& a, int t, const Seg (&seg)[ProjectArgs::kMax],
-                                             int nseg, bool swiglu, int U, int G, int gs_shift, uint32_t wstride,
-                                             uint32_t sstride, const unsigned char* smem, const uint4* xa,
-                                             const uint4* xb, const float* xg, float* red, bool red_apart,
-                                             int warp, int lane) {
-  const int g = lane >> 2, tq = lane & 3;
-  const int slot = 4 * warp + tq;  // this thread's lane of the canonical order
-  int rows = 0;                    // block rows (SwiGLU: pairs)
-#pragma unroll
-  for (int i = 0; i < ProjectArgs::kMax; ++i)
-    if (i < nseg) rows += seg[i].n;
-  if (swiglu) rows = seg[0].n;
-  const int per_tile = swiglu ? 8 : 16;
-  const int tiles = (rows + per_tile - 1) / per_tile;
-  for (int t0 = 0; t0 < tiles; t0 += kMmaTiles) {
-    uint32_t wo[kMmaTiles][2], so[kMmaTiles][2];
-#pragma unroll
-    for (int k = 0; k < kMmaTiles; ++k)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const MmaRow r = mma_row_at(seg, nseg, swiglu, rows, t0 + k, h, g, wstride, sstride);
-        wo[k][h] = r.w;
-        so[k][h] = r.s;
-      }
-    float acc[kMmaTiles][2];
-#pragma unroll
-    for (int k = 0; k < kMmaTiles; ++k) acc[k][0] = acc[k][1] = 0.0f;
-    // kMmaChunks chunks of this warp per round (U / 4 is a multiple of 64: the fast path's K),
-    // their products independent, then chained into acc in chunk order.
-    for (int c0 = warp; c0 < U / 4; c0 += 8 * kMmaChunks) {
-      ChunkB b[kMmaChunks];
-      uint32_t gr2[kMmaChunks];  // byte offset of each chunk's group in a scale row
-#pragma unroll
-      for (int j = 0; j < kMmaChunks; ++j) {
-        const int c = c0 + 8 * j, u = 4 * c + tq;
-        b[j] = chunk_b(xa[u], xb[u], g, tq);
-        gr2[j] = uint32_t((c * 32) >> gs_shift) * 2;
-      }
-#pragma unroll
-      for (int k = 0; k < kMmaTiles; ++k)
-        if (t0 + k < tiles) {  // (warp-uniform)
-          float p0[kMmaChunks], p1[kMmaChunks];
-#pragma unroll
-          for (int j = 0; j < kMmaChunks; ++j) {
-            const uint32_t off = 4 * uint32_t(4 * (c0 + 8 * j) + tq);
-            unit_q4_mma(*reinterpret_cast<const uint32_t*>(smem + wo[k][0] + off),
-                        *reinterpret_cast<const uint32_t*>(smem + wo[k][1] + off), b[j], p0[j], p1[j]);
-          }
-#pragma unroll
-          for (int j = 0; j < kMmaChunks; ++j) {
-            acc[k][0] = fmaf(bf16_lo(*reinterpret_cast<const unsigned short*>(smem + so[k][0] + gr2[j])), p0[j], acc[k][0]);
-            acc[k][1] = fmaf(bf16_lo(*reinterpret_cast<const unsigned short*>(smem + so[k][1] + gr2[j])), p1[j], acc[k][1]);
-          }
-        }
-    }
-    // The bias terms of this lane (groups slot, slot + 32, ...): the lane's value, then to red
-    // (over x once every warp has read it).
-#pragma unroll
-    for (int k = 0; k < kMmaTiles; ++k)
-      if (t0 + k < tiles)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t bo = mma_row_at(seg, nseg, swiglu, rows, t0 + k, h, g, wstride, sstride).b;
-          float bias = 0.0f;
-          for (int gg = slot; gg < G; gg += 32)
-            bias = fmaf(bf16_lo(*reinterpret_cast<const unsigned short*>(smem + bo + 2 * gg)), xg[gg], bias);
-          acc[k][h] = acc[k][h] + bias;
-        }
-    if (!red_apart) __syncthreads();
-#pragma unroll
-    for (int k = 0; k < kMmaTiles; ++k)
-      if (t0 + k < tiles)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) red[(16 * k + g + 8 * h) * kRedStride + slot] = acc[k][h];
-    __syncthreads();
-    if (t == 0 && t0 == 0) DQ_MARK();
-    // One thread per row (SwiGLU: per pair) sums the row's 32 lanes and writes it.
-    const int i = threadIdx.x;
-    if (swiglu) {
-      const int p = t0 * 8 + i;
-      if (i < 8 * kMmaTiles && p < rows) {
-        const float* r = red + (16 * (i / 8) + i % 8) * kRedStride;
-        const float gv = butterfly_row(r), uv = butterfly_row(r + 8 * kRedStride);
-        a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + p] = num::silu(gv) * uv;
-      }
-    } else {
-      const int r = t0 * 16 + i;
-      if (i < kRedRows && r < rows) {
-        const float v = butterfly_row(red + i * kRedStride);
-        int base = 0;
-#pragma unroll
-        for (int m = 0; m < ProjectArgs::kMax; ++m)
-          if (m < nseg) {
-            if (r >= base && r < base + seg[m].n) {
-              const MatDev& md = a.m[seg[m].m];
-              float* y = md.y + size_t(t) * md.rows + seg[m].r0 + (r - base);
-              *y = a.epi == Epilogue::Add ? *y + v : v;
-            }
-            base += seg[m].n;
-          }
-      }
-    }
-    __syncthreads();  // red is reused by the next pass
-  }
-}
-
-template <int WARPS, int MINB, bool FAST, bool MMA = false>
+template <int WARPS, int MINB, bool FAST>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip) {
-  static_assert(!MMA || (WARPS == 8 && FAST), "the MMA products take 8 warps and the fast path's layout");
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
   const int K = a.K, U = K / 8, G = K / gs;
@@ -290,12 +118,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   float* pu = reinterpret_cast<float*>(xb + U);
   float* xg = pu + U;
   float* raw = xg + U;
-  // MMA: the lanes' table, [kRedRows][kRedStride]. Over x's region (free once the products have
-  // read it) when the block's rows take one pass; else a region of its own (mma_red_apart).
-  const bool red_apart = MMA && mma_red_apart(swiglu, items, int(gridDim.x));
-  float* red = red_apart ? raw + (a.norm ? K : 0) : reinterpret_cast<float*>(smem);
-  const uint32_t wbase =
-      uint32_t(4 * (4 * U + 4 * U + U + U) + (a.norm ? 4 * K : 0) + (red_apart ? 4 * kRedRows * kRedStride : 0));
+  const uint32_t wbase = uint32_t(4 * (4 * U + 4 * U + U + U) + (a.norm ? 4 * K : 0));
 
   // This block's items: rows of the concatenated matrices (SwiGLU: gate row j with up row j).
   const int i0 = int(int64_t(blockIdx.x) * items / gridDim.x);
@@ -318,19 +141,17 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     nseg = a.n;
   }
   const uint32_t wrow = uint32_t(K / 2), srow = uint32_t(G * sbytes);
-  // Row strides in shared memory (MMA: padded; srow is then a multiple of 16, see the launch).
-  const uint32_t wstride = MMA ? wrow + 16 : wrow, sstride = srow;
   {
     uint32_t p = wbase;
 #pragma unroll
     for (int i = 0; i < kMax; ++i)
       if (i < nseg) {
         seg[i].w = p;
-        p += seg[i].n * wstride;
+        p += seg[i].n * wrow;
         seg[i].s = p;
-        p += (seg[i].n * sstride + 15) / 16 * 16;
+        p += (seg[i].n * srow + 15) / 16 * 16;
         seg[i].b = p;
-        p += (seg[i].n * sstride + 15) / 16 * 16;
+        p += (seg[i].n * srow + 15) / 16 * 16;
       }
   }
 
@@ -342,16 +163,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     if (i < nseg && seg[i].n > 0 && !(skip & 1)) {
       const MatDev& m = a.m[seg[i].m];
       const size_t r0 = size_t(seg[i].r0);
-      const unsigned char* w = static_cast<const unsigned char*>(m.w) + r0 * wrow;
-      const unsigned char* sc = static_cast<const unsigned char*>(m.s) + r0 * srow;
-      const unsigned char* bi = static_cast<const unsigned char*>(m.b) + r0 * srow;
-      if constexpr (MMA) {
-        stage_copy_rows(smem + seg[i].w, w, seg[i].n, wrow, wstride);
-      } else {
-        stage_copy(smem + seg[i].w, w, seg[i].n * wrow);
-      }
-      stage_copy(smem + seg[i].s, sc, seg[i].n * srow);
-      stage_copy(smem + seg[i].b, bi, seg[i].n * srow);
+      stage_copy(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow);
+      stage_copy(smem + seg[i].s, static_cast<const unsigned char*>(m.s) + r0 * srow, seg[i].n * srow);
+      stage_copy(smem + seg[i].b, static_cast<const unsigned char*>(m.b) + r0 * srow, seg[i].n * srow);
     }
   const int u_own = threadIdx.x;  // the unit this thread stages (when U <= threads)
   const bool own = U <= int(blockDim.x);
@@ -451,9 +265,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
 
     if (skip & 2) {
       if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
-    } else if constexpr (MMA) {
-      mma_products(a, t, seg, nseg, swiglu, U, G, gs_shift, wstride, sstride, smem, xa, xb, xg, red, red_apart, warp,
-                   lane);
     } else if (swiglu) {
       const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
@@ -528,18 +339,6 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
   if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
   const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0;
-  // The MMA products (DELTAQ_MV_MMA=1; default the dp4a ones, measured faster): groups of >= 32 inputs, scale rows in
-  // whole 16-byte pieces, 16-byte aligned scales; padded weight rows, maybe the lanes' table.
-  static const char* mma_env = std::getenv("DELTAQ_MV_MMA");
-  bool mma = fast && mma_env && mma_env[0] == '1' && gs >= 32 && srow % 16 == 0;  // measured slower: off
-  for (int i = 0; i < a.n && mma; ++i)
-    mma = reinterpret_cast<uintptr_t>(a.m[i].s) % 16 == 0 && reinterpret_cast<uintptr_t>(a.m[i].b) % 16 == 0;
-  const size_t mma_smem = x_bytes + 16 +
-                          (mma_red_apart(swiglu, items, blocks) ? size_t(4 * kRedRows * kRedStride) : 0) +
-                          size_t(per_block) * (size_t(a.K / 2) + 16 + 2 * srow) * (swiglu ? 2 : 1) +
-                          size_t(segs) * 2 * 16;
-  static const int mma_kb = std::getenv("DELTAQ_MV_MMA_KB") ? std::atoi(std::getenv("DELTAQ_MV_MMA_KB")) : 225;
-  if (mma_smem > size_t(std::min(budget_kb, mma_kb)) * 1024 || mma_smem > 225 * 1024) mma = false;
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
   static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
@@ -550,20 +349,17 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
                                      {resident_kernel<8, 2, false>, resident_kernel<8, 2, true>}};
   static const int warps[4] = {16, 12, 16, 8};
   const int v = variant >= 0 && variant < 4 ? variant : 3;
-  static const Kernel mma_kernel = resident_kernel<8, 2, true, true>;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    DQ_CUDA_CHECK(cudaFuncSetAttribute(mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
   // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
   // copies, 2 the row products, 4 the RMSNorm's sum of squares, 8 x's unit integers, 16 the
   // group sums, 32 everything after the wait; to see where a launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
-  if (mma && v == 3) launch_kernel(mma_kernel, blocks, 8 * 32, mma_smem, s, a, gs, items, skip);
-  else launch_kernel(table[v][fast ? 1 : 0], blocks, warps[v] * 32, smem, s, a, gs, items, skip);
+  launch_kernel(table[v][fast ? 1 : 0], blocks, warps[v] * 32, smem, s, a, gs, items, skip);
   return true;
 }
 
