@@ -81,7 +81,7 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
 }
 
 // Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
-template <bool FAST>
+template <bool FAST, int GSHIFT>
 __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
                                          const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
                                          int gs, SDt sdt, const uint4* xa, const uint4* xb, const float* xg,
@@ -93,13 +93,14 @@ __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, con
       sb = sa;
       bb = ba;
     }
-    dot2_fast(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane, out_a, out_b);
+    dot2_fast<GSHIFT>(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane, out_a, out_b);
   } else {
     dot_rows(wa, sa, ba, wb, sb, bb, two, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, out_a, out_b);
   }
 }
 
-template <int WARPS, int MINB, bool FAST>
+// GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
+template <int WARPS, int MINB, bool FAST, int GSHIFT = -1>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
@@ -270,7 +271,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
       for (int j = warp; j < seg[0].n; j += WARPS) {
         float gv = 0.0f, uv = 0.0f;
-        dot_pair<FAST>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
+        dot_pair<FAST, GSHIFT>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
                        wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
                        gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
         if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + j] = num::silu(gv) * uv;
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
           float va = 0.0f, vb = 0.0f;
-          dot_pair<FAST>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow, w + size_t(k) * U,
+          dot_pair<FAST, GSHIFT>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow, w + size_t(k) * U,
                          smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G, gs_shift, gs, sdt, xa, xb, xg,
                          lane, va, vb);
           if (lane == 0) {
@@ -338,7 +339,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t x_bytes = size_t(a.K) * 4 + 2 * size_t(a.K / 8) * 4 + (a.norm ? size_t(a.K) * 4 : 0);
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
   if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
-  const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0;
+  const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0 && m0.gs_shift <= 8;
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
   static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
@@ -349,17 +350,22 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
                                      {resident_kernel<8, 2, false>, resident_kernel<8, 2, true>}};
   static const int warps[4] = {16, 12, 16, 8};
   const int v = variant >= 0 && variant < 4 ? variant : 3;
+  // MLX's usual group size compiled in for the default variant (DELTAQ_MV_RES_G64=0: not).
+  static const Kernel fast_g64 = resident_kernel<8, 2, true, 6>;
+  static const bool g64 = !(std::getenv("DELTAQ_MV_RES_G64") && std::getenv("DELTAQ_MV_RES_G64")[0] == '0');
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(fast_g64, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
   // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
   // copies, 2 the row products, 4 the RMSNorm's sum of squares, 8 x's unit integers, 16 the
   // group sums, 32 everything after the wait; to see where a launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
-  launch_kernel(table[v][fast ? 1 : 0], blocks, warps[v] * 32, smem, s, a, gs, items, skip);
+  const Kernel k = fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64 : table[v][fast ? 1 : 0];
+  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip);
   return true;
 }
 

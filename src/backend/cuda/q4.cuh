@@ -89,15 +89,20 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
   return warp_butterfly(ss);
 }
 
-// Two rows against x, everything in shared memory (the resident and the head kernels): bf16
-// scales, K a multiple of 2048 (whole chunks of 8 units per lane, no bounds checks),
-// power-of-two groups, always two rows (the caller may pass the same row twice). x is in
+// Two rows against x, everything in shared memory (the resident kernels): bf16 scales, K a
+// multiple of 2048 (whole chunks of 8 units per lane, no bounds checks), power-of-two groups of
+// at most 256 inputs, always two rows (the caller may pass the same row twice). x is in
 // make_unit_q4's split layout (xa, xb: one uint4 each per unit), xg its group sums. Canonical
 // order: lane l chains units l, l+32, ..., then its groups' bias terms, then the butterfly.
+// GSHIFT: log2(gs) when known at compile time (the scales' offsets are then immediates), else
+// -1 and gs_shift is used.
+template <int GSHIFT = -1>
 __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                           const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
                                           int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
                                           const float* xg, int lane, float& out_a, float& out_b) {
+  const int shift = GSHIFT >= 0 ? GSHIFT : gs_shift;
+  const int gstep = 256 >> shift;  // groups between units u and u + 32 (gs <= 256)
   float acc_a = 0.0f, acc_b = 0.0f;
   for (int base = 0; base < U; base += 256) {
     uint32_t va[8], vb[8];
@@ -106,11 +111,13 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
       va[i] = wa[base + lane + 32 * i];
       vb[i] = wb[base + lane + 32 * i];
     }
+    // Unit base + lane + 32 i is in group g0 + i * gstep: adding 256 i inputs adds whole groups.
+    const int g0 = ((base + lane) * 8) >> shift;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int u = base + lane + 32 * i;
       const uint4 x0 = xa[u], x1 = xb[u];
-      const int g = (u * 8) >> gs_shift;
+      const int g = g0 + i * gstep;
       acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x0, x1), acc_a);
       acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x0, x1), acc_b);
     }
