@@ -30,6 +30,18 @@ std::vector<Target> cuda_target() {
 const std::string kData = DQ_TEST_DATA;
 const std::string kDemo = std::string(DQ_SOURCE_DIR) + "/models/demo-fortunes/mlx-4bit";
 
+// One checkpoint opened on the CPU and on CUDA, with the same options otherwise.
+struct EnginePair {
+  std::unique_ptr<Engine> cpu, gpu;
+};
+EnginePair open_pair(const std::string& dir, EngineOptions o = {}) {
+  EnginePair p;
+  p.cpu = Engine::open(dir, o);
+  o.device = "cuda";
+  p.gpu = Engine::open(dir, o);
+  return p;
+}
+
 }  // namespace
 
 TEST(CudaParity, Project) {
@@ -182,10 +194,7 @@ TEST(CudaQueue, GraphCaptureAndReplay) {
 // on the CPU, and as the host's draw from the whole row; top-p's inputs (step_top with the
 // weight sum) are the same bytes.
 TEST(CudaModel, DeviceDrawEqualsTheCpu) {
-  auto cpu = Engine::open(kDemo);
-  EngineOptions o;
-  o.device = "cuda";
-  auto gpu = Engine::open(kDemo, o);
+  auto [cpu, gpu] = open_pair(kDemo);
   const int V = cpu->config().vocab_size;
   std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
   int32_t a = cpu->feed(prompt), b = gpu->feed(prompt);
@@ -222,10 +231,7 @@ TEST(CudaModel, DeviceDrawEqualsTheCpu) {
 
 TEST(CudaModel, SameLogitsBytesAsTheCpu) {
   for (const std::string& dir : {kData + "/tiny-q4", kData + "/tiny-hf16", kDemo}) {
-    auto cpu = Engine::open(dir);
-    EngineOptions o;
-    o.device = "cuda";
-    auto gpu = Engine::open(dir, o);
+    auto [cpu, gpu] = open_pair(dir);
     const int V = cpu->config().vocab_size;
     std::vector<int32_t> ids;
     for (int i = 0; i < 70; ++i) ids.push_back(int32_t((i * 2654435761u + 17u) % uint32_t(V)));
@@ -253,10 +259,7 @@ TEST(CudaModel, PipelinedGreedyDecodeEqualsTheCpu) {
   for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
     EngineOptions small;
     small.max_ctx = 48;
-    auto cpu = Engine::open(dir, small);
-    EngineOptions o = small;
-    o.device = "cuda";
-    auto gpu = Engine::open(dir, o);
+    auto [cpu, gpu] = open_pair(dir, small);
     const int V = cpu->config().vocab_size;
     std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
     int32_t a = cpu->feed(prompt), b = gpu->feed(prompt);
@@ -300,10 +303,7 @@ TEST(CudaModel, PipelinedDrawDecodeEqualsTheCpu) {
   for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
     EngineOptions small;
     small.max_ctx = 48;
-    auto cpu = Engine::open(dir, small);
-    EngineOptions o = small;
-    o.device = "cuda";
-    auto gpu = Engine::open(dir, o);
+    auto [cpu, gpu] = open_pair(dir, small);
     ASSERT_TRUE(gpu->queue().overlaps());
     const int V = cpu->config().vocab_size;
     std::mt19937_64 ra(9), rb(9);

@@ -405,7 +405,6 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   const float beta = num::sigmoid(bt);
   const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
   float* o_raw = a.out + size_t(hv) * DK;
-  __syncwarp();
   DQ_MARK();
   if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // all started
   if (owner) {  // delta_rule_column's arithmetic, the column in registers

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
+#include "ops/ops.h"
 
 namespace dq::cuda {
 
@@ -16,7 +17,7 @@ DQ_TIMELINE_FILE
 namespace {
 
 constexpr int kChunk = 4096, kThreads = 1024;
-constexpr int TopKMax = 256;  // op::TopK::kMax
+constexpr int TopKMax = op::TopK::kMax;
 
 // Descending bitonic sort of s[0..P), P a power of two, by the whole block.
 __device__ void bitonic_desc(unsigned long long* s, int P) {
