@@ -221,9 +221,15 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         for (int e = threadIdx.x; e < K / 4; e += blockDim.x) reinterpret_cast<float4*>(raw)[e] = x4[e];
       }
       __syncthreads();
-      // Every warp computes the canonical sum of squares itself (lane = index mod 32, then
-      // the butterfly): no broadcast and no extra barrier.
-      const float r = (skip & 4) ? 1.0f : num::rms_inv(warp_sum_squares(raw, K, lane), K, a.eps);
+      // One warp computes the canonical sum of squares (lane = index mod 32, then the
+      // butterfly) and hands it over in xg[0] (free until the group sums): with every warp
+      // reading all of x for it, the shared-memory reads took longer than the chain.
+      if (warp == 0) {
+        const float ss = warp_sum_squares(raw, K, lane);
+        if (lane == 0) xg[0] = ss;
+      }
+      __syncthreads();
+      const float r = (skip & 4) ? 1.0f : num::rms_inv(xg[0], K, a.eps);
       auto scale = [r](float4 v, float4 w) {
         return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
       };
