@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       for (int j = warp; j < seg[0].n; j += WARPS) {
         float gv = 0.0f, uv = 0.0f;
         dot_pair<FAST, GSHIFT>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
-                       wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
-                       gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
+                               wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true,
+                               U, G, gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
         if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + j] = num::silu(gv) * uv;
       }
     } else {
@@ -295,9 +295,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
           float va = 0.0f, vb = 0.0f;
-          dot_pair<FAST, GSHIFT>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow, w + size_t(k) * U,
-                         smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G, gs_shift, gs, sdt, xa, xb, xg,
-                         lane, va, vb);
+          dot_pair<FAST, GSHIFT>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
+                                 w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G,
+                                 gs_shift, gs, sdt, xa, xb, xg, lane, va, vb);
           if (lane == 0) {
             if (a.epi == Epilogue::Add) {
               const bool pre = t == 0 && i == 0 && j == 2 * warp;
@@ -368,8 +368,9 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
     attr_set = true;
   }
   // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
-  // copies, 2 the row products, 4 the RMSNorm's sum of squares, 8 x's unit integers, 16 the
-  // group sums, 32 everything after the wait; to see where a launch's time goes.
+  // copies, 2 the row products, 4 the RMSNorm's scaling (r = 1; warp 0 still makes the sum),
+  // 8 x's unit integers, 16 the group sums, 32 everything after the wait; to see where a
+  // launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
   const Kernel k = fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64 : table[v][fast ? 1 : 0];
   launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip);
