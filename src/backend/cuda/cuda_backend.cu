@@ -89,6 +89,7 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
     DQ_CUDA_CHECK(cudaMalloc(&gdn_counters_, kGdnCounterSlots * sizeof(unsigned)));
     DQ_CUDA_CHECK(cudaMemset(gdn_counters_, 0, kGdnCounterSlots * sizeof(unsigned)));  // each GDN step leaves them 0
+    timeline_start();
   }
   ~CudaQueue() override {
     cudaStreamSynchronize(stream_);

@@ -43,17 +43,20 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // when it reached its wait and when the wait released it (the global timer, ns), with the source
 // line of the wait; at exit the records of every kernel file are merged in time order and
 // printed per kernel of a step (timeline.cu). One buffer per file: no relocatable device code.
+// DELTAQ_TIMELINE_BLOCK=N makes block N (modulo each grid's size) the recorder instead, to see
+// how the blocks of a kernel differ (one that started late on a full SM, say).
 namespace {
 constexpr unsigned kTimelineMax = 1u << 17;
 __device__ unsigned long long tl_rec[3 * kTimelineMax];
 __device__ unsigned tl_count;
+__device__ unsigned tl_block;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 __device__ __forceinline__ bool tl_recorder() {
-  return blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
+  return blockIdx.x == tl_block % gridDim.x && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
 }
 __device__ __forceinline__ void tl_record(unsigned long long release, unsigned long long arrive, int line) {
   const unsigned i = atomicAdd(&tl_count, 1u);
@@ -193,8 +196,10 @@ __device__ __forceinline__ float block_sum_squares(const float* x, int n, float*
   return v;
 }
 
-// Prints the timeline when built with it and DELTAQ_TIMELINE is set (the queue's destructor).
+// Prints the timeline when built with it and DELTAQ_TIMELINE is set (the queue's destructor);
+// timeline_start (the queue's constructor, the device current) sets DELTAQ_TIMELINE_BLOCK.
 void timeline_dump();
+void timeline_start();
 #ifdef DELTAQ_TIMELINE
 // Each kernel file hands its records to the timeline at exit (timeline.cu).
 struct TimelineRecord {
@@ -202,7 +207,8 @@ struct TimelineRecord {
   int line;
   const char* file;
 };
-void timeline_register(void (*collect)(std::vector<TimelineRecord>*, const char*), const char* file);
+void timeline_register(void (*collect)(std::vector<TimelineRecord>*, const char*), void (*set_block)(unsigned),
+                       const char* file);
 namespace {
 inline void tl_collect(std::vector<TimelineRecord>* out, const char* file) {
   unsigned n = 0;
@@ -212,8 +218,9 @@ inline void tl_collect(std::vector<TimelineRecord>* out, const char* file) {
   if (n && cudaMemcpyFromSymbol(r.data(), tl_rec, r.size() * 8) != cudaSuccess) return;
   for (unsigned i = 0; i < n; ++i) out->push_back({r[3 * i], r[3 * i + 1], int(r[3 * i + 2]), file});
 }
+inline void tl_set_block(unsigned b) { cudaMemcpyToSymbol(tl_block, &b, sizeof b); }
 struct TimelineRegistration {
-  explicit TimelineRegistration(const char* file) { timeline_register(&tl_collect, file); }
+  explicit TimelineRegistration(const char* file) { timeline_register(&tl_collect, &tl_set_block, file); }
 };
 }  // namespace
 #define DQ_TIMELINE_FILE static TimelineRegistration tl_registration_(__FILE__);

@@ -2,7 +2,8 @@
 // merges the wait records of every kernel file in time order, cuts them into decode steps at
 // the embedding kernel, and prints per kernel position of a step the mean time from its wait's
 // release to the next kernel's (what the kernel costs on the step's critical path) and how
-// long block 0 sat at the wait (near zero: the kernel started late, launch-bound).
+// long the recording block (0, or DELTAQ_TIMELINE_BLOCK) sat at the wait (near zero: the kernel
+// started late, launch-bound).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@ namespace dq::cuda {
 namespace {
 struct Source {
   void (*collect)(std::vector<TimelineRecord>*, const char*);
+  void (*set_block)(unsigned);
   const char* file;
 };
 std::vector<Source>& sources() {
@@ -27,8 +29,15 @@ std::vector<Source>& sources() {
 }
 }  // namespace
 
-void timeline_register(void (*collect)(std::vector<TimelineRecord>*, const char*), const char* file) {
-  sources().push_back({collect, file});
+void timeline_register(void (*collect)(std::vector<TimelineRecord>*, const char*), void (*set_block)(unsigned),
+                       const char* file) {
+  sources().push_back({collect, set_block, file});
+}
+
+void timeline_start() {
+  const char* b = std::getenv("DELTAQ_TIMELINE_BLOCK");
+  if (!b || !std::getenv("DELTAQ_TIMELINE")) return;
+  for (const Source& s : sources()) s.set_block(unsigned(std::strtoul(b, nullptr, 10)));
 }
 
 void timeline_dump() {
@@ -83,6 +92,7 @@ void timeline_dump() {
 }
 #else
 void timeline_dump() {}
+void timeline_start() {}
 #endif
 
 }  // namespace dq::cuda
