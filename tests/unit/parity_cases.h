@@ -165,7 +165,8 @@ struct Fmt {
 };
 inline const Fmt kFormats[] = {
     {WFormat::Affine, 4, 64, DType::BF16, "q4g64"}, {WFormat::Affine, 4, 32, DType::BF16, "q4g32"},
-    {WFormat::Affine, 4, 128, DType::BF16, "q4g128"}, {WFormat::Affine, 4, 64, DType::F16, "q4g64-f16"},
+    {WFormat::Affine, 4, 128, DType::BF16, "q4g128"}, {WFormat::Affine, 4, 256, DType::BF16, "q4g256"},
+    {WFormat::Affine, 4, 64, DType::F16, "q4g64-f16"},
     {WFormat::Affine, 4, 64, DType::F32, "q4g64-f32"}, {WFormat::Affine, 8, 64, DType::BF16, "q8g64"},
     {WFormat::BF16, 0, 0, DType::BF16, "bf16"}, {WFormat::F16, 0, 0, DType::BF16, "f16"},
     {WFormat::F32, 0, 0, DType::BF16, "f32"},
@@ -290,6 +291,7 @@ inline void mixed_and_swiglu_cases(std::vector<Target>& targets) {
 inline void embed_cases(std::vector<Target>& targets) {
   Rig rig;
   for (const Fmt& f : kFormats) {
+    if (f.gs && 128 % f.gs) continue;
     Matrix t = rig.matrix(f.f, 50, 128, f.bits, f.gs, f.sd);
     std::vector<int32_t> ids = {0, 49, 7, 7, 23};
     Ref tok{rig.ref->upload(ids.data(), ids.size() * 4, "ids")};
