@@ -20,37 +20,35 @@ __device__ __forceinline__ int group_of(const MatDev& m, int u) {
   return m.gs_shift >= 0 ? (u * 8) >> m.gs_shift : u * 8 / m.gs;
 }
 
-// The 4-bit unit of numerics.h (quantize_unit / unit_dot_q4): x's exact integers as signed-byte
-// limbs, in the two words the dot reads per unit:
-//   a = {limb 1 of inputs 0,2,4,6 | limb 1 of inputs 1,3,5,7 | limb 2 even | limb 2 odd},
-//   b = {limb 3 even | limb 3 odd | step (float bits) | 0}; byte i of an "even" word is input 2i.
+// The 4-bit unit of numerics.h (quantize_unit / unit_dot_q4): x's exact integers split as
+// xi = h * 2^8 + l, l a signed byte and h a signed 16-bit number (|xi| <= 2^22: |h| <= 2^14 + 1),
+// in the two words the dot reads per unit:
+//   a = {h of inputs 0,2 | h of 4,6 | h of 1,3 | h of 5,7} (two 16-bit halves each, lower first),
+//   b = {l of inputs 0,2,4,6 | l of 1,3,5,7 | step (float bits) | 0}.
 __device__ __forceinline__ void make_unit_q4(float4 v0, float4 v1, uint4& a, uint4& b) {
   const float x[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
   const num::UnitInts q = num::quantize_unit(x);
-  uint32_t w[6] = {0, 0, 0, 0, 0, 0};
+  uint32_t h[4] = {0, 0, 0, 0}, l[2] = {0, 0};
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    int32_t l[3];
-    num::split_limbs(q.xi[k], &l[0], &l[1], &l[2]);
-#pragma unroll
-    for (int j = 0; j < 3; ++j) w[2 * j + (k & 1)] |= (uint32_t(l[j]) & 0xFFu) << (8 * (k >> 1));
+    const int32_t lo = int32_t(int8_t(uint8_t(q.xi[k] & 0xFF)));
+    const int32_t hi = (q.xi[k] - lo) / 256;
+    h[(k & 1) * 2 + (k >> 2)] |= (uint32_t(hi) & 0xFFFFu) << (16 * ((k >> 1) & 1));
+    l[k & 1] |= (uint32_t(lo) & 0xFFu) << (8 * (k >> 1));
   }
-  a = make_uint4(w[0], w[1], w[2], w[3]);
-  b = make_uint4(w[4], w[5], __float_as_uint(q.step), 0u);
+  a = make_uint4(h[0], h[1], h[2], h[3]);
+  b = make_uint4(l[0], l[1], __float_as_uint(q.step), 0u);
 }
 
 // p = float(Σ_k q_k xi_k) * step for one 4-bit word: the low and high nibbles (0..15, so they are
-// the same as signed bytes) against each limb in dp4a, one sum per limb, then limb 1 * 2^16 +
-// limb 2 * 2^8 + limb 3: exact in int32 (|Σ| < 2^29), so any grouping gives the same integer;
-// three independent chains of two are four steps deep instead of eight. Then one rounding to
-// float and an exact scaling.
+// the same as signed bytes) against h in dp2a (two 16-bit by 8-bit products each) and against l
+// in dp4a, then h's sum * 2^8 + l's sum: exact in int32 (|Σ| < 2^29), so any grouping gives the
+// same integer. Then one rounding to float and an exact scaling.
 __device__ __forceinline__ float unit_q4(uint32_t w, uint4 a, uint4 b) {
   const int lo = int(w & 0x0F0F0F0Fu), hi = int((w >> 4) & 0x0F0F0F0Fu);
-  const int s1 = __dp4a(hi, int(a.y), __dp4a(lo, int(a.x), 0));
-  const int s2 = __dp4a(hi, int(a.w), __dp4a(lo, int(a.z), 0));
-  const int s3 = __dp4a(hi, int(b.y), __dp4a(lo, int(b.x), 0));
-  const int p = s1 * 65536 + (s2 * 256 + s3);
-  return __int2float_rn(p) * __uint_as_float(b.z);
+  const int sh = __dp2a_hi(int(a.w), hi, __dp2a_lo(int(a.z), hi, __dp2a_hi(int(a.y), lo, __dp2a_lo(int(a.x), lo, 0))));
+  const int sl = __dp4a(hi, int(b.y), __dp4a(lo, int(b.x), 0));
+  return __int2float_rn(sh * 256 + sl) * __uint_as_float(b.z);
 }
 
 // The 8-bit unit keeps the float chain: q value of byte I of t as an exact float (PRMT places
