@@ -191,6 +191,26 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
 
   for (int t = 0; t < a.T; ++t) {
     const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
+    // FAST: a group's gs / 8 <= 32 units lie on consecutive lanes of one warp (unit u is
+    // thread u mod blockDim, blockDim a multiple of 32), so its sum is made here from the lanes'
+    // unit sums, in the canonical chain, by shuffles: no pass over shared memory after the
+    // barrier. (Warp-uniform: U is a multiple of 32 on this path.)
+    auto lane_group_sum = [&](int u, float p) {
+      constexpr int kN = GSHIFT >= 3 ? 1 << (GSHIFT - 3) : 0;  // units per group when compiled in
+      const int n = kN ? kN : 1 << (gs_shift - 3);
+      const int first = lane & ~(n - 1);
+      float s = 0.0f;
+      if constexpr (kN > 0) {
+        float v[kN > 0 ? kN : 1];
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[k] = __shfl_sync(0xffffffffu, p, first + k);
+#pragma unroll
+        for (int k = 0; k < kN; ++k) s = s + v[k];
+      } else {
+        for (int k = 0; k < n; ++k) s = s + __shfl_sync(0xffffffffu, p, first + k);
+      }
+      if (lane == first) xg[u >> (gs_shift - 3)] = s;
+    };
     // x in (one trip to L2 per thread), normalised when asked, in the split layout; unit sums.
     auto finish_unit = [&](int u, float4 v0, float4 v1) {
       if (skip & 8) {
@@ -208,7 +228,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       p = p + v1.y;
       p = p + v1.z;
       p = p + v1.w;
-      pu[u] = p;
+      if constexpr (FAST) {
+        if (!(skip & 16)) lane_group_sum(u, p);
+      } else {
+        pu[u] = p;
+      }
     };
     if (a.norm) {
       float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
@@ -222,14 +246,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       }
       __syncthreads();
       // One warp computes the canonical sum of squares (lane = index mod 32, then the
-      // butterfly) and hands it over in xg[0] (free until the group sums): with every warp
-      // reading all of x for it, the shared-memory reads took longer than the chain.
+      // butterfly) and hands it over in shared memory (pu[0] when FAST, where pu is unused and
+      // the group sums are written next; else xg[0], free until the group sums): with every
+      // warp reading all of x for it, the shared-memory reads took longer than the chain.
+      float* handover = FAST ? pu : xg;
       if (warp == 0) {
         const float ss = warp_sum_squares(raw, K, lane);
-        if (lane == 0) xg[0] = ss;
+        if (lane == 0) handover[0] = ss;
       }
       __syncthreads();
-      const float r = (skip & 4) ? 1.0f : num::rms_inv(xg[0], K, a.eps);
+      const float r = (skip & 4) ? 1.0f : num::rms_inv(handover[0], K, a.eps);
       auto scale = [r](float4 v, float4 w) {
         return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
       };
@@ -263,12 +289,14 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     if (t == 0) async_wait_all();  // this thread's weight copies have landed
     __syncthreads();
     if (t == 0) DQ_MARK();
-    for (int g = threadIdx.x; g < G && !(skip & 16); g += blockDim.x) {  // group sums: chain of unit sums
-      float s = 0.0f;
-      for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) s = s + pu[u];
-      xg[g] = s;
+    if (!FAST) {
+      for (int g = threadIdx.x; g < G && !(skip & 16); g += blockDim.x) {  // group sums: chain of unit sums
+        float s = 0.0f;
+        for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) s = s + pu[u];
+        xg[g] = s;
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (t == 0) DQ_MARK();
 
     if (skip & 2) {
