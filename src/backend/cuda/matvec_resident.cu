@@ -112,8 +112,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // Shared memory: x's unit integers (q4.cuh make_unit_q4: two words per unit, split for
-  // conflict-free lane reads), unit sums, group sums, x as given (only when it is normalised
-  // here), then the block's weights.
+  // conflict-free lane reads), unit sums (the general path; FAST makes the group sums by
+  // shuffles and uses pu[0] only to hand over the sum of squares), group sums, x as given (only
+  // when it is normalised here), then the block's weights.
   uint4* xa = reinterpret_cast<uint4*>(smem);
   uint4* xb = xa + U;
   float* pu = reinterpret_cast<float*>(xb + U);
