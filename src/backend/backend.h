@@ -24,6 +24,10 @@ class Backend {
 
   virtual std::unique_ptr<Queue> make_queue() = 0;
 
+  // A matrix that only the products (Project, ProjectAdd, SwiGLU) read: the backend may store
+  // it in its own layout (CUDA: WLayout::Lanes for the 4-bit fast path). Default: as given.
+  virtual Matrix product_matrix(const Matrix& m) { return m; }
+
   // Bytes of backend memory allocated by alloc/upload (and weights when copied).
   virtual size_t allocated_bytes() const = 0;
   virtual bool is_cpu() const { return true; }

@@ -81,17 +81,20 @@ ModelWeights load_weights(const Checkpoint& ck, Backend& be) {
   w.head = r.tied ? w.embed : matrix(r.head, be, keep);
   w.final_norm = norm_vec(r.final_norm, be);
   w.matrix_bytes = w.embed.bytes() + (r.tied ? 0 : w.head.bytes());
+  // The layers' matrices are read only by the products: the backend may lay them out its way
+  // (the embedding and the head keep the checkpoint's layout: the embedding gathers rows).
+  auto product = [&](const LinearRef& lr) { return be.product_matrix(matrix(lr, be, keep)); };
   for (const LayerRefs& l : r.layers) {
     LayerWeights lw;
     lw.kind = l.kind;
     lw.input_norm = norm_vec(l.input_norm, be);
     lw.post_norm = norm_vec(l.post_norm, be);
     if (l.kind == LayerKind::Linear) {
-      lw.qkv = matrix(l.qkv, be, keep);
-      lw.z = matrix(l.z, be, keep);
-      lw.b = matrix(l.b, be, keep);
-      lw.a = matrix(l.a, be, keep);
-      lw.out = matrix(l.out, be, keep);
+      lw.qkv = product(l.qkv);
+      lw.z = product(l.z);
+      lw.b = product(l.b);
+      lw.a = product(l.a);
+      lw.out = product(l.out);
       lw.conv_w = upload_vec(be, to_f32(*l.conv.t), l.conv.t->name);  // [C][K] in both layouts
       std::vector<float> A = to_f32(*l.A_log.t);
       for (float& e : A) e = -num::exp(e);
@@ -100,17 +103,17 @@ ModelWeights load_weights(const Checkpoint& ck, Backend& be) {
       lw.gdn_norm = norm_vec(l.gdn_norm, be);
       w.matrix_bytes += lw.qkv.bytes() + lw.z.bytes() + lw.b.bytes() + lw.a.bytes() + lw.out.bytes();
     } else {
-      lw.q = matrix(l.q, be, keep);
-      lw.k = matrix(l.k, be, keep);
-      lw.v = matrix(l.v, be, keep);
-      lw.o = matrix(l.o, be, keep);
+      lw.q = product(l.q);
+      lw.k = product(l.k);
+      lw.v = product(l.v);
+      lw.o = product(l.o);
       lw.q_norm = norm_vec(l.q_norm, be);
       lw.k_norm = norm_vec(l.k_norm, be);
       w.matrix_bytes += lw.q.bytes() + lw.k.bytes() + lw.v.bytes() + lw.o.bytes();
     }
-    lw.gate = matrix(l.gate, be, keep);
-    lw.up = matrix(l.up, be, keep);
-    lw.down = matrix(l.down, be, keep);
+    lw.gate = product(l.gate);
+    lw.up = product(l.up);
+    lw.down = product(l.down);
     w.matrix_bytes += lw.gate.bytes() + lw.up.bytes() + lw.down.bytes();
     w.layers.push_back(std::move(lw));
   }

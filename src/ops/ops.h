@@ -19,8 +19,13 @@ namespace dq {
 
 // A weight matrix [rows, cols] in its stored format, used in place.
 enum class WFormat : uint8_t { Affine, BF16, F16, F32 };
+// Rows: as stored in the checkpoint (every backend reads it). Lanes: a backend's own order of
+// each row's words and scales, made by Backend::product_matrix and read only by that backend's
+// products (CUDA: q4.cuh lane_word / lane_scale).
+enum class WLayout : uint8_t { Rows, Lanes };
 struct Matrix {
   WFormat format = WFormat::F32;
+  WLayout layout = WLayout::Rows;
   int rows = 0, cols = 0;
   int bits = 0, group_size = 0;     // Affine only
   DType scale_dtype = DType::BF16;  // Affine only: dtype of scales and biases

@@ -24,7 +24,7 @@ std::vector<Target> cuda_target() {
   if (!cuda_device_available(&why)) throw std::runtime_error("test_cuda needs a CUDA device: " + why);
   std::shared_ptr<Backend> be = make_cuda_backend();
   std::shared_ptr<Queue> q = be->make_queue();
-  return {Target{be->name(), be, q, {}}};
+  return {Target{be->name(), be, q, {}, {}}};
 }
 
 const std::string kData = DQ_TEST_DATA;
@@ -48,6 +48,43 @@ TEST(CudaParity, Project) {
   auto t = cuda_target();
   project_cases(t, true);
 }
+// Backend::product_matrix on CUDA: which matrices take the lane layout, and where their words
+// and scales land (the positions written out from q4.cuh's definition, not from its functions).
+TEST(CudaBackend, ProductMatrixLaneLayout) {
+  auto t = cuda_target();
+  Rig rig;
+  for (int gs : {32, 64, 256}) {
+    const int K = 4096, rows = 3, U = K / 8, G = K / gs, n = gs / 8, gstep = 256 / gs;
+    Matrix m = rig.matrix(WFormat::Affine, rows, K, 4, gs, DType::BF16);
+    Matrix d = t[0].be->product_matrix(t[0].map(m));
+    ASSERT_EQ(d.layout, WLayout::Lanes) << "gs " << gs;
+    EXPECT_EQ(d.biases, t[0].map(m).biases);  // the biases keep the row order
+    std::vector<uint8_t> w = t[0].read(Ref{d.w}), sc = t[0].read(Ref{d.scales});
+    const auto* w0 = static_cast<const uint32_t*>(m.w->ptr);
+    const auto* s0 = static_cast<const uint16_t*>(m.scales->ptr);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < U / 256; ++c)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int i = 0; i < 8; ++i) {
+            // A lane's words of a chunk: units lane + 32 i, i = 0..3 then 4..7, 16 bytes each.
+            const size_t at = size_t(r) * U + c * 256 + (i / 4) * 128 + lane * 4 + i % 4;
+            uint32_t got;
+            std::memcpy(&got, &w[4 * at], 4);
+            ASSERT_EQ(got, w0[size_t(r) * U + c * 256 + lane + 32 * i]) << "gs " << gs << " word";
+            // Its 8 scales: groups (lane / n) + gstep i of the chunk, in a row.
+            const int g = c * (2048 / gs) + lane / n + gstep * i;
+            const size_t sat = size_t(r) * G + c * (2048 / gs) + (lane / n) * 8 + i;
+            uint16_t sg;
+            std::memcpy(&sg, &sc[2 * sat], 2);
+            ASSERT_EQ(sg, s0[size_t(r) * G + g]) << "gs " << gs << " scale";
+          }
+  }
+  // Kept as they are: K not a multiple of 2048, 8-bit, f16 scales, dense.
+  for (Matrix m : {rig.matrix(WFormat::Affine, 4, 1024), rig.matrix(WFormat::Affine, 4, 2048, 8, 64),
+                   rig.matrix(WFormat::Affine, 4, 2048, 4, 64, DType::F16), rig.matrix(WFormat::BF16, 4, 2048)})
+    EXPECT_EQ(t[0].be->product_matrix(t[0].map(m)).layout, WLayout::Rows);
+}
+
 TEST(CudaParity, LargeProject) {
   auto t = cuda_target();
   large_project_cases(t);

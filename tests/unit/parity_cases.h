@@ -120,6 +120,16 @@ struct Target {
     if (m.scales) d.scales = map(Ref{m.scales}).buf, d.biases = map(Ref{m.biases}).buf;
     return d;
   }
+  // As the engine gives the products their matrices: in the backend's own layout (CUDA: the
+  // lane layout of 4-bit matrices with K % 2048 == 0), made once per host matrix.
+  std::map<const void*, Matrix> products;
+  Matrix map_product(const Matrix& m) {
+    auto& e = products[m.w.get()];
+    if (!e.w) {
+      e = be->product_matrix(map(m));  // (map keeps the host buffer, so its address is not reused)
+    }
+    return e;
+  }
   Ref fresh_copy(const Ref& host) {  // an output buffer with the host buffer's initial bytes
     return Ref{be->upload(host.buf->ptr, host.buf->bytes, "out"), host.off};
   }
@@ -139,7 +149,7 @@ using Maker = std::function<Op(Target&, const std::vector<Ref>&)>;
 inline void check(Rig& rig, std::vector<Target>& targets, const std::vector<Ref>& outs, const Maker& make,
                   const std::string& what, int steps = 1) {
   Target ref{"reference", std::shared_ptr<Backend>(rig.ref.get(), [](Backend*) {}),
-             std::shared_ptr<Queue>(rig.ref_q.get(), [](Queue*) {}), {}};
+             std::shared_ptr<Queue>(rig.ref_q.get(), [](Queue*) {}), {}, {}};
   std::vector<Ref> want;
   for (const Ref& o : outs) want.push_back(rig.copy(o));
   for (int i = 0; i < steps; ++i) rig.ref_q->go(make(ref, want));
@@ -185,14 +195,18 @@ inline void project_cases(std::vector<Target>& targets, bool quick = false) {
           bool tiny = T == 3;
           Ref x = rig.inputs(size_t(T) * K, tiny), norm = rig.floats(K);
           Ref y = rig.zeros(size_t(T) * rows * 4);
-          std::string what = std::string(f.name) + " K=" + std::to_string(K) + " rows=" + std::to_string(rows) +
-                             " T=" + std::to_string(T);
-          check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
-            return Op(op::Project{g.map(x), T % 2 ? g.map(norm) : Ref{}, 1e-6f, {g.map(m)}, {o[0]}, 1, T});
-          }, "project " + what);
-          check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
-            return Op(op::ProjectAdd{g.map(x), g.map(m), o[0], T});
-          }, "project_add " + what);
+          // Both layouts: the checkpoint's and the backend's own for products (as the engine).
+          for (bool own : {false, true}) {
+            std::string what = std::string(f.name) + " K=" + std::to_string(K) + " rows=" + std::to_string(rows) +
+                               " T=" + std::to_string(T) + (own ? " product layout" : "");
+            auto mat = [&](Target& g) { return own ? g.map_product(m) : g.map(m); };
+            check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
+              return Op(op::Project{g.map(x), T % 2 ? g.map(norm) : Ref{}, 1e-6f, {mat(g)}, {o[0]}, 1, T});
+            }, "project " + what);
+            check(rig, targets, {y}, [&](Target& g, const std::vector<Ref>& o) {
+              return Op(op::ProjectAdd{g.map(x), mat(g), o[0], T});
+            }, "project_add " + what);
+          }
         }
       }
 }
@@ -227,17 +241,18 @@ inline void decode_shape_cases(std::vector<Target>& targets) {
   Ref x = rig.inputs(D), xi = rig.inputs(I), norm = rig.floats(D);
   std::vector<Ref> ys = {rig.zeros(size_t(I) * 4), rig.zeros(size_t(D) * 4), rig.zeros(16 * 4), rig.zeros(16 * 4)};
   check(rig, targets, ys, [&](Target& g, const std::vector<Ref>& o) {
-    return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map(qkv), g.map(z), g.map(b), g.map(a)},
+    return Op(op::Project{g.map(x), g.map(norm), 1e-6f,
+                          {g.map_product(qkv), g.map_product(z), g.map_product(b), g.map_product(a)},
                           {o[0], o[1], o[2], o[3]}, 4, 1});
   }, "decode in-projections");
   check(rig, targets, {rig.zeros(size_t(I) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
-    return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map(gate), g.map(up), o[0], 1});
+    return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], 1});
   }, "decode gate/up");
   check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
-    return Op(op::ProjectAdd{g.map(xi), g.map(down), o[0], 1});
+    return Op(op::ProjectAdd{g.map(xi), g.map_product(down), o[0], 1});
   }, "decode down");
   check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
-    return Op(op::ProjectAdd{g.map(x), g.map(out), o[0], 1});
+    return Op(op::ProjectAdd{g.map(x), g.map_product(out), o[0], 1});
   }, "decode out");
   // The tied head with its final norm (the CUDA pipelined head kernel, 1881-1882 rows per block).
   Matrix head = rig.matrix(WFormat::Affine, 248320, D);

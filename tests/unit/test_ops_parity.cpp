@@ -23,7 +23,7 @@ std::vector<Target> cpu_targets() {
     for (int t : {1, 2, 3}) {
       std::shared_ptr<Backend> be = make_cpu_backend(k, t);
       std::shared_ptr<Queue> q = be->make_queue();
-      out.push_back({std::string(cpu_kernels_name(k)) + "/" + std::to_string(t) + "t", be, q, {}});
+      out.push_back({std::string(cpu_kernels_name(k)) + "/" + std::to_string(t) + "t", be, q, {}, {}});
     }
   }
   return out;

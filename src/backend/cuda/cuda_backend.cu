@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,9 +38,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Device memory; `live` counts the backend's bytes allocated and not yet freed.
 struct DeviceStorage : BufferStorage {
+  std::shared_ptr<std::atomic<size_t>> live;
   ~DeviceStorage() override {
     if (ptr) cudaFree(ptr);
+    if (live) *live -= bytes;
   }
 };
 
@@ -58,6 +62,7 @@ MatDev mat_dev(const Matrix& m, float* y) {
           : m.format == WFormat::F16  ? WFmt::F16
                                       : WFmt::F32;
   d.sdt = m.scale_dtype == DType::F16 ? SDt::F16 : m.scale_dtype == DType::F32 ? SDt::F32 : SDt::BF16;
+  d.lanes = m.layout == WLayout::Lanes;
   d.y = y;
   return d;
 }
@@ -222,8 +227,10 @@ class CudaQueue : public Queue {
     if (cur_open_) return;
     cur_open_ = true;
     cur_.wall_start = Clock::now();
-    cur_.start = take_event();
-    DQ_CUDA_CHECK(cudaEventRecord(cur_.start, stream_));
+    if (trace_.enabled()) {  // the segment's device time, for DELTAQ_TRACE only
+      cur_.start = take_event();
+      DQ_CUDA_CHECK(cudaEventRecord(cur_.start, stream_));
+    }
   }
 
   cudaEvent_t take_event() {
@@ -254,7 +261,7 @@ class CudaQueue : public Queue {
     float gpu_ms = 0;
     if (e == cudaSuccess) {
       for (const StagedRead& r : g.reads) std::memcpy(r.host, staging_ + r.offset, r.bytes);
-      cudaEventElapsedTime(&gpu_ms, g.start, g.done);
+      if (g.start) cudaEventElapsedTime(&gpu_ms, g.start, g.done);
     }
     ring_used_ -= g.ring_bytes;
     release_events(g);
@@ -506,19 +513,46 @@ class CudaBackend : public Backend {
     DQ_CUDA_CHECK(cudaMemset(b->ptr, 0, bytes ? bytes : 16));
     b->bytes = bytes;
     b->name = name;
-    allocated_ += bytes;
+    b->live = allocated_;
+    *allocated_ += bytes;
     return b;
   }
   Buffer upload(const void* host, size_t bytes, const std::string& name) override {
     Buffer b = alloc(bytes, name);
-    if (bytes) DQ_CUDA_CHECK(cudaMemcpy(b->ptr, host, bytes, cudaMemcpyHostToDevice));
+    if (bytes) {
+      DQ_CUDA_CHECK(cudaMemcpy(b->ptr, host, bytes, cudaMemcpyHostToDevice));
+      // A copy from pageable memory may return before its DMA lands, and the queues' streams
+      // do not wait for the legacy stream: wait here, so no kernel can read the buffer early.
+      DQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    }
     return b;
   }
   Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void>, const std::string& name) override {
     return upload(host, bytes, name);  // uploaded once; the mapping can go
   }
   std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(num_sms_, err_dev_); }
-  size_t allocated_bytes() const override { return allocated_; }
+  size_t allocated_bytes() const override { return *allocated_; }
+
+  // 4-bit matrices of the fast path (K a multiple of 2048, power-of-two groups of 8 to 256,
+  // bf16 scales) in the lane layout (q4.cuh); DELTAQ_LANES=0 keeps the checkpoint's layout.
+  Matrix product_matrix(const Matrix& m) override {
+    static const bool on = !(std::getenv("DELTAQ_LANES") && std::getenv("DELTAQ_LANES")[0] == '0');
+    const int gs = m.group_size;
+    if (!on || m.format != WFormat::Affine || m.bits != 4 || m.layout != WLayout::Rows || m.cols % 2048 != 0 ||
+        gs < 8 || gs > 256 || (gs & (gs - 1)) != 0 || m.scale_dtype != DType::BF16 || !m.w || !m.scales)
+      return m;
+    const size_t wbytes = size_t(m.rows) * (m.cols / 2), sbytes = size_t(m.rows) * (m.cols / gs) * 2;
+    DQ_CHECK(m.w->bytes >= wbytes && m.scales->bytes >= sbytes, "{}: weights or scales shorter than the shape", m.name);
+    Matrix d = m;
+    d.w = alloc(wbytes, m.w->name);
+    d.scales = alloc(sbytes, m.scales->name);
+    launch_lane_layout(static_cast<const uint32_t*>(m.w->ptr), static_cast<uint32_t*>(d.w->ptr),
+                       static_cast<const uint16_t*>(m.scales->ptr), static_cast<uint16_t*>(d.scales->ptr), m.rows,
+                       m.cols, __builtin_ctz(unsigned(gs)), nullptr);
+    DQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    d.layout = WLayout::Lanes;
+    return d;
+  }
 
   double measure_bandwidth_gbps() override {
     const size_t n = size_t(2) << 30;  // 2 GiB copied device to device; bytes read + written
@@ -553,7 +587,7 @@ class CudaBackend : public Backend {
   std::string name_;
   int num_sms_ = 0;
   DeviceError* err_dev_ = nullptr;
-  size_t allocated_ = 0;
+  std::shared_ptr<std::atomic<size_t>> allocated_ = std::make_shared<std::atomic<size_t>>(0);
 };
 
 }  // namespace

@@ -181,6 +181,17 @@ __device__ __forceinline__ float warp_butterfly(float v) {
   return v;
 }
 
+// The canonical butterfly of two values at once, with the same bits: after its first step
+// (m = 16) lanes l and l ^ 16 hold the same sum, so lanes 0-15 carry on with a's and lanes
+// 16-31 with b's (every later step stays within a half). Returns a's sum in lanes 0-15 and b's
+// in lanes 16-31: one shuffle and one add a step instead of two.
+__device__ __forceinline__ float warp_butterfly2(float a, float b, int lane) {
+  const bool upper = lane & 16;
+  float v = (upper ? b : a) + __shfl_xor_sync(0xffffffffu, upper ? a : b, 16);
+  for (int m = 8; m >= 1; m >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
 // Sum of squares of x[0..n) in the canonical lane order (lane = index mod 32, then the
 // butterfly), by warp 0; every thread of the block gets the result. x may be shared memory.
 __device__ __forceinline__ float block_sum_squares(const float* x, int n, float* slot) {

@@ -20,8 +20,14 @@ struct MatDev {
   int gs_shift = -1;  // log2(gs) when gs is a power of two (no integer division in the loop)
   WFmt fmt = WFmt::F32;
   SDt sdt = SDt::BF16;
+  bool lanes = false;  // WLayout::Lanes: words and scales in q4.cuh's lane order
   float* y = nullptr;  // output [T][rows]
 };
+
+// Backend::product_matrix's layout change on the device: row by row, word u to lane_word(u) and
+// scale g to lane_scale(g) (q4.cuh); dst and src do not overlap.
+void launch_lane_layout(const uint32_t* w, uint32_t* w_out, const uint16_t* s, uint16_t* s_out, int rows, int K,
+                        int gs_shift, cudaStream_t st);
 
 enum class Epilogue : int { Store = 0, Add = 1, SwiGLU = 2 };
 

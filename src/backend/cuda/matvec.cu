@@ -39,15 +39,17 @@ __device__ float row_dot(const MatDev& m, int r, const SharedX& sx, int lane) {
       const uint32_t* w = static_cast<const uint32_t*>(m.w) + size_t(r) * U;
       int u = lane;
       // Four units in flight per lane (loads first), accumulated in order of u.
+      // (word_at / scale_at_group: the lane layout's positions when the matrix has it.)
+      auto scale = [&](int uu) { return load_scale(m.s, r * G + scale_at_group(m, group_of(m, uu)), m.sdt); };
       for (; u + 96 < U; u += 128) {
-        uint32_t w0 = __ldg(w + u), w1 = __ldg(w + u + 32), w2 = __ldg(w + u + 64), w3 = __ldg(w + u + 96);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(w0, sx.qa[u], sx.qb[u]), acc);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 32), m.sdt), unit_q4(w1, sx.qa[u + 32], sx.qb[u + 32]), acc);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 64), m.sdt), unit_q4(w2, sx.qa[u + 64], sx.qb[u + 64]), acc);
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u + 96), m.sdt), unit_q4(w3, sx.qa[u + 96], sx.qb[u + 96]), acc);
+        uint32_t w0 = __ldg(w + word_at(m, u)), w1 = __ldg(w + word_at(m, u + 32)), w2 = __ldg(w + word_at(m, u + 64)),
+                 w3 = __ldg(w + word_at(m, u + 96));
+        acc = fmaf(scale(u), unit_q4(w0, sx.qa[u], sx.qb[u]), acc);
+        acc = fmaf(scale(u + 32), unit_q4(w1, sx.qa[u + 32], sx.qb[u + 32]), acc);
+        acc = fmaf(scale(u + 64), unit_q4(w2, sx.qa[u + 64], sx.qb[u + 64]), acc);
+        acc = fmaf(scale(u + 96), unit_q4(w3, sx.qa[u + 96], sx.qb[u + 96]), acc);
       }
-      for (; u < U; u += 32)
-        acc = fmaf(load_scale(m.s, r * G + group_of(m, u), m.sdt), unit_q4(__ldg(w + u), sx.qa[u], sx.qb[u]), acc);
+      for (; u < U; u += 32) acc = fmaf(scale(u), unit_q4(__ldg(w + word_at(m, u)), sx.qa[u], sx.qb[u]), acc);
     } else {  // 8 bits: two words per unit
       const uint32_t* w = static_cast<const uint32_t*>(m.w) + size_t(r) * U * 2;
       for (int u = lane; u < U; u += 32)
@@ -117,8 +119,8 @@ __device__ void rows_q4_pair(const MatDev& ma, int ra, const MatDev& mb, int rb,
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int u = base + lane + 32 * i;
-      va[i] = u < U ? __ldg(wa + u) : 0u;
-      vb[i] = (two && u < U) ? __ldg(wb + u) : 0u;
+      va[i] = u < U ? __ldg(wa + word_at(ma, u)) : 0u;
+      vb[i] = (two && u < U) ? __ldg(wb + word_at(mb, u)) : 0u;
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -126,8 +128,8 @@ __device__ void rows_q4_pair(const MatDev& ma, int ra, const MatDev& mb, int rb,
       if (u < U) {
         const uint4 xa = sx.qa[u], xb = sx.qb[u];
         const int g = group_of(m, u);
-        acc_a = fmaf(load_scale(ma.s, ra * G + g, ma.sdt), unit_q4(va[i], xa, xb), acc_a);
-        if (two) acc_b = fmaf(load_scale(mb.s, rb * G + g, mb.sdt), unit_q4(vb[i], xa, xb), acc_b);
+        acc_a = fmaf(load_scale(ma.s, ra * G + scale_at_group(ma, g), ma.sdt), unit_q4(va[i], xa, xb), acc_a);
+        if (two) acc_b = fmaf(load_scale(mb.s, rb * G + scale_at_group(mb, g), mb.sdt), unit_q4(vb[i], xa, xb), acc_b);
       }
     }
   }

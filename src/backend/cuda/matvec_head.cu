@@ -271,6 +271,7 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (!enabled || a.n != 1 || a.epi != Epilogue::Store) return false;
   const MatDev& m = a.m[0];
   if (m.fmt != WFmt::Affine || m.bits != 4 || m.sdt != SDt::BF16 || m.gs_shift < 3 || m.cols != a.K) return false;
+  if (m.lanes) return false;  // (the head keeps the checkpoint's layout)
   if (a.K % 256 != 0 || a.K > 2048 || a.K % m.gs != 0) return false;
   // Tall products only: below this the resident or streaming kernels keep more rows per SM busy.
   static const int min_rows = std::getenv("DELTAQ_MV_HEAD_MIN_ROWS") ? std::atoi(std::getenv("DELTAQ_MV_HEAD_MIN_ROWS")) : 32768;

@@ -80,12 +80,13 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
   if (two) out_b = warp_butterfly(acc_b + bias_b);
 }
 
-// Rows (ra of A, rb of B) of a block's segments: the fast or the general dot.
-template <bool FAST, int GSHIFT>
-__device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
-                                         const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
-                                         int gs, SDt sdt, const uint4* xa, const uint4* xb, const float* xg,
-                                         int lane, float& out_a, float& out_b) {
+// Rows (ra of A, rb of B) of a block's segments: the fast or the general dot. Returns A's
+// result in lanes 0-15 and B's in lanes 16-31 (the fast path's paired butterfly).
+template <bool FAST, int GSHIFT, bool LANES>
+__device__ __forceinline__ float dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
+                                          const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
+                                          int gs, SDt sdt, const uint4* xa, const uint4* xb, const float* xg,
+                                          int lane) {
   if constexpr (FAST) {
     using S = const unsigned short*;
     if (!two) {
@@ -93,14 +94,17 @@ __device__ __forceinline__ void dot_pair(const uint32_t* wa, const void* sa, con
       sb = sa;
       bb = ba;
     }
-    dot2_fast<GSHIFT>(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane, out_a, out_b);
+    return dot2_fast<GSHIFT, LANES>(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane);
   } else {
+    float out_a = 0.0f, out_b = 0.0f;
     dot_rows(wa, sa, ba, wb, sb, bb, two, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, out_a, out_b);
+    return lane & 16 ? out_b : out_a;
   }
 }
 
 // GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
-template <int WARPS, int MINB, bool FAST, int GSHIFT = -1>
+// LANES: the matrices are in the lane layout (q4.cuh; FAST only).
+template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
@@ -182,13 +186,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     if (!(skip & 1)) async_wait_all();
     return;
   }
-  // Residual rows (ProjectAdd): this warp's first pair, loaded now, used after the products.
-  float y_first[2] = {0.0f, 0.0f};
-  if (a.epi == Epilogue::Add && lane == 0 && 2 * warp < seg[0].n) {
-    const float* y = a.m[seg[0].m].y + seg[0].r0;
-    y_first[0] = y[2 * warp];
-    if (2 * warp + 1 < seg[0].n) y_first[1] = y[2 * warp + 1];
-  }
+  // Residual rows (ProjectAdd): this warp's first pair, loaded now (lane 0 the first row,
+  // lane 16 the second, the lanes that write them), used after the products.
+  float y_first = 0.0f;
+  const int r_first = 2 * warp + (lane >> 4);
+  if (a.epi == Epilogue::Add && (lane & 15) == 0 && r_first < seg[0].n) y_first = a.m[seg[0].m].y[seg[0].r0 + r_first];
 
   for (int t = 0; t < a.T; ++t) {
     const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
@@ -306,10 +308,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
       for (int j = warp; j < seg[0].n; j += WARPS) {
-        float gv = 0.0f, uv = 0.0f;
-        dot_pair<FAST, GSHIFT>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
-                               wu + size_t(j) * U, smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true,
-                               U, G, gs_shift, gs, sdt, xa, xb, xg, lane, gv, uv);
+        const float gv = dot_pair<FAST, GSHIFT, LANES>(wg + size_t(j) * U, smem + seg[0].s + j * srow,
+                                                smem + seg[0].b + j * srow, wu + size_t(j) * U,
+                                                smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
+                                                gs_shift, gs, sdt, xa, xb, xg, lane);
+        const float uv = __shfl_sync(0xffffffffu, gv, 16);  // up's row is in lanes 16-31
         if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + j] = num::silu(gv) * uv;
       }
     } else {
@@ -323,18 +326,17 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         for (int j = 2 * warp; j < sg.n; j += 2 * WARPS) {
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
-          float va = 0.0f, vb = 0.0f;
-          dot_pair<FAST, GSHIFT>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
-                                 w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two, U, G,
-                                 gs_shift, gs, sdt, xa, xb, xg, lane, va, vb);
-          if (lane == 0) {
+          float v = dot_pair<FAST, GSHIFT, LANES>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
+                                           w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two, U,
+                                           G, gs_shift, gs, sdt, xa, xb, xg, lane);
+          // Lane 0 has row j, lane 16 row k (when there are two).
+          const int r = lane == 0 ? j : k;
+          if (lane == 0 || (lane == 16 && two)) {
             if (a.epi == Epilogue::Add) {
               const bool pre = t == 0 && i == 0 && j == 2 * warp;
-              va = (pre ? y_first[0] : y[j]) + va;
-              if (two) vb = (pre ? y_first[1] : y[k]) + vb;
+              v = (pre ? y_first : y[r]) + v;
             }
-            y[j] = va;
-            if (two) y[k] = vb;
+            y[r] = v;
           }
         }
       }
@@ -354,7 +356,8 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const MatDev& m0 = a.m[0];
   for (int i = 0; i < a.n; ++i) {
     const MatDev& m = a.m[i];
-    if (m.fmt != WFmt::Affine || m.bits != 4 || m.gs != gs || m.sdt != m0.sdt || m.cols != a.K) return false;
+    if (m.fmt != WFmt::Affine || m.bits != 4 || m.gs != gs || m.sdt != m0.sdt || m.cols != a.K || m.lanes != m0.lanes)
+      return false;
     if (reinterpret_cast<uintptr_t>(m.w) % 16 || reinterpret_cast<uintptr_t>(m.s) % 4 ||
         reinterpret_cast<uintptr_t>(m.b) % 4)
       return false;
@@ -376,6 +379,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
   if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
   const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0 && m0.gs_shift <= 8;
+  if (m0.lanes && !fast) return false;  // (product_matrix makes only fast-path matrices lanes)
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
   static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
@@ -389,11 +393,17 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // MLX's usual group size compiled in for the default variant (DELTAQ_MV_RES_G64=0: not).
   static const Kernel fast_g64 = resident_kernel<8, 2, true, 6>;
   static const bool g64 = !(std::getenv("DELTAQ_MV_RES_G64") && std::getenv("DELTAQ_MV_RES_G64")[0] == '0');
+  // The lane layout: the default variant only (another variant leaves such products to the
+  // streaming kernels).
+  static const Kernel lanes_g64 = resident_kernel<8, 2, true, 6, true>;
+  static const Kernel lanes_any = resident_kernel<8, 2, true, -1, true>;
+  if (m0.lanes && v != 3) return false;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    DQ_CUDA_CHECK(cudaFuncSetAttribute(fast_g64, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+    for (Kernel k : {fast_g64, lanes_g64, lanes_any})
+      DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
   // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
@@ -401,7 +411,9 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // 8 x's unit integers, 16 the group sums, 32 everything after the wait; to see where a
   // launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
-  const Kernel k = fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64 : table[v][fast ? 1 : 0];
+  const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
+                  : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
+                                                              : table[v][fast ? 1 : 0];
   launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip);
   return true;
 }

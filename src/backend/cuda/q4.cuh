@@ -20,6 +20,28 @@ __device__ __forceinline__ int group_of(const MatDev& m, int u) {
   return m.gs_shift >= 0 ? (u * 8) >> m.gs_shift : u * 8 / m.gs;
 }
 
+// The two bf16 halves of a word as floats (exact).
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+// The lane layout (WLayout::Lanes; 4-bit, K a multiple of 2048, power-of-two groups of 8 to
+// 256, bf16 scales), per row and per chunk of 256 units (2048 inputs), the chunk's order kept:
+// - unit lane + 32 i (i < 8) at word (i / 4) * 128 + lane * 4 + i % 4: a lane's 8 words of the
+//   chunk are two 16-byte loads, and each load of the warp reads 512 contiguous bytes;
+// - group g of the chunk (gstep = 256 / gs groups between units u and u + 32) at
+//   (g % gstep) * 8 + g / gstep: a lane's 8 scales of the chunk are one 16-byte load.
+// The biases keep the row order (the bias terms go over groups lane, lane + 32, ...).
+__host__ __device__ __forceinline__ int lane_word(int u) {
+  const int lane = u & 31, i = (u >> 5) & 7;
+  return (u & ~255) + (i >> 2) * 128 + lane * 4 + (i & 3);
+}
+__host__ __device__ __forceinline__ int lane_scale(int g, int gs_shift) {
+  const int per_chunk = 2048 >> gs_shift, gstep = 256 >> gs_shift, gl = g & (per_chunk - 1);
+  return (g - gl) + (gl & (gstep - 1)) * 8 + gl / gstep;
+}
+__device__ __forceinline__ int word_at(const MatDev& m, int u) { return m.lanes ? lane_word(u) : u; }
+__device__ __forceinline__ int scale_at_group(const MatDev& m, int g) { return m.lanes ? lane_scale(g, m.gs_shift) : g; }
+
 // The 4-bit unit of numerics.h (quantize_unit / unit_dot_q4): x's exact integers split as
 // xi = h * 2^8 + l, l a signed byte and h a signed 16-bit number (|xi| <= 2^22: |h| <= 2^14 + 1),
 // in the two words the dot reads per unit:
@@ -93,31 +115,55 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
 // make_unit_q4's split layout (xa, xb: one uint4 each per unit), xg its group sums. Canonical
 // order: lane l chains units l, l+32, ..., then its groups' bias terms, then the butterfly.
 // GSHIFT: log2(gs) when known at compile time (the scales' offsets are then immediates), else
-// -1 and gs_shift is used.
-template <int GSHIFT = -1>
-__device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
-                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                          int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
-                                          const float* xg, int lane, float& out_a, float& out_b) {
+// -1 and gs_shift is used. Returns row a's result in lanes 0-15 and row b's in lanes 16-31
+// (warp_butterfly2). LANES: the matrices are in the lane layout (lane_word, lane_scale).
+template <int GSHIFT = -1, bool LANES = false>
+__device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
+                                           const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
+                                           int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
+                                           const float* xg, int lane) {
   const int shift = GSHIFT >= 0 ? GSHIFT : gs_shift;
   const int gstep = 256 >> shift;  // groups between units u and u + 32 (gs <= 256)
   float acc_a = 0.0f, acc_b = 0.0f;
   for (int base = 0; base < U; base += 256) {
     uint32_t va[8], vb[8];
+    float fa[8], fb[8];  // the scales of units base + lane + 32 i
+    if constexpr (LANES) {
+      // Two 16-byte loads of words and one of scales per row (lane_word, lane_scale).
+      const uint4* wa4 = reinterpret_cast<const uint4*>(wa + base) + lane;
+      const uint4* wb4 = reinterpret_cast<const uint4*>(wb + base) + lane;
+      const uint4 a0 = wa4[0], a1 = wa4[32], b0 = wb4[0], b1 = wb4[32];
+      const uint4 s_off_a = reinterpret_cast<const uint4*>(sa + ((base * 8) >> shift))[lane >> (shift - 3)];
+      const uint4 s_off_b = reinterpret_cast<const uint4*>(sb + ((base * 8) >> shift))[lane >> (shift - 3)];
+      va[0] = a0.x, va[1] = a0.y, va[2] = a0.z, va[3] = a0.w, va[4] = a1.x, va[5] = a1.y, va[6] = a1.z, va[7] = a1.w;
+      vb[0] = b0.x, vb[1] = b0.y, vb[2] = b0.z, vb[3] = b0.w, vb[4] = b1.x, vb[5] = b1.y, vb[6] = b1.z, vb[7] = b1.w;
+      const uint32_t sw_a[4] = {s_off_a.x, s_off_a.y, s_off_a.z, s_off_a.w};
+      const uint32_t sw_b[4] = {s_off_b.x, s_off_b.y, s_off_b.z, s_off_b.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      va[i] = wa[base + lane + 32 * i];
-      vb[i] = wb[base + lane + 32 * i];
+      for (int i = 0; i < 8; ++i) {
+        fa[i] = i & 1 ? bf16_hi(sw_a[i >> 1]) : bf16_lo(sw_a[i >> 1]);
+        fb[i] = i & 1 ? bf16_hi(sw_b[i >> 1]) : bf16_lo(sw_b[i >> 1]);
+      }
+    } else {
+      // Unit base + lane + 32 i is in group g0 + i * gstep: adding 256 i inputs adds whole groups.
+      const int g0 = ((base + lane) * 8) >> shift;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        va[i] = wa[base + lane + 32 * i];
+        vb[i] = wb[base + lane + 32 * i];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        fa[i] = __uint_as_float(uint32_t(sa[g0 + i * gstep]) << 16);
+        fb[i] = __uint_as_float(uint32_t(sb[g0 + i * gstep]) << 16);
+      }
     }
-    // Unit base + lane + 32 i is in group g0 + i * gstep: adding 256 i inputs adds whole groups.
-    const int g0 = ((base + lane) * 8) >> shift;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int u = base + lane + 32 * i;
       const uint4 x0 = xa[u], x1 = xb[u];
-      const int g = g0 + i * gstep;
-      acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x0, x1), acc_a);
-      acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x0, x1), acc_b);
+      acc_a = fmaf(fa[i], unit_q4(va[i], x0, x1), acc_a);
+      acc_b = fmaf(fb[i], unit_q4(vb[i], x0, x1), acc_b);
     }
   }
   float bias_a = 0.0f, bias_b = 0.0f;
@@ -125,8 +171,7 @@ __device__ __forceinline__ void dot2_fast(const uint32_t* wa, const unsigned sho
     bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
     bias_b = fmaf(__uint_as_float(uint32_t(bb[g]) << 16), xg[g], bias_b);
   }
-  out_a = warp_butterfly(acc_a + bias_a);
-  out_b = warp_butterfly(acc_b + bias_b);
+  return warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
 }
 
 // x of one lane in registers, for K = 2048 (units lane + 32 i, i < 8) and up to 64 groups: the
@@ -183,7 +228,5 @@ __device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned shor
   out_b = warp_butterfly(acc_b + bias_b);
 }
 
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
 }  // namespace dq::cuda

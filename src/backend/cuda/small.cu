@@ -127,6 +127,7 @@ bool lab_skip(const char* what) {
 }
 
 void launch_embed(const EmbedArgs& a, cudaStream_t s) {
+  DQ_CHECK(!a.table.lanes, "embed: the table is in a products-only layout (Backend::product_matrix)");
   const int parts = std::min(64, (a.table.cols + kEmbedThreads - 1) / kEmbedThreads);
   launch_kernel(embed_kernel, dim3(a.T, std::max(1, parts)), kEmbedThreads, 0, s, a);
 }
