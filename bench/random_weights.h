@@ -43,6 +43,11 @@ constexpr int k2bHidden = 2048, k2bInter = 6144, k2bVocab = 248320;
 inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
   const int H = k2bHidden, I = k2bInter, C = 6144, VD = 2048, QG = 4096, KV = 512;
   std::vector<Stage> stages;
+  // The layers' matrices in the backend's layout for products, as the engine loads them
+  // (model/weights.cpp); the head keeps the checkpoint's.
+  auto random_q4 = [&be](Backend&, int rows, int cols, std::mt19937_64& r) {
+    return be.product_matrix(bench::random_q4(be, rows, cols, r));
+  };
   for (int l = 0; l < 24; ++l) {
     if ((l + 1) % 4) {  // Gated DeltaNet layer
       stages.push_back({{random_q4(be, C, H, rng), random_q4(be, VD, H, rng), random_q4(be, 16, H, rng),
@@ -55,7 +60,7 @@ inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
     stages.push_back({{random_q4(be, I, H, rng), random_q4(be, I, H, rng)}, H});
     stages.push_back({{random_q4(be, H, I, rng)}, I});
   }
-  stages.push_back({{random_q4(be, k2bVocab, H, rng)}, H});
+  stages.push_back({{bench::random_q4(be, k2bVocab, H, rng)}, H});
   return stages;
 }
 
