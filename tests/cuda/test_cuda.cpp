@@ -85,6 +85,33 @@ TEST(CudaBackend, ProductMatrixLaneLayout) {
     EXPECT_EQ(t[0].be->product_matrix(t[0].map(m)).layout, WLayout::Rows);
 }
 
+// The lane layout's error paths: a matrix whose buffers are shorter than its shape, and a
+// products-only matrix given to the embedding gather.
+TEST(CudaBackend, ProductMatrixRejectsShortBuffersAndEmbedRejectsLanes) {
+  auto t = cuda_target();
+  Rig rig;
+  Matrix m = rig.matrix(WFormat::Affine, 4, 2048);
+  Matrix shorter = t[0].map(m);
+  shorter.rows = 5;  // the buffers hold 4 rows
+  try {
+    t[0].be->product_matrix(shorter);
+    FAIL() << "a matrix longer than its buffers was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("shorter than the shape"), std::string::npos) << e.what();
+  }
+  Matrix lanes = t[0].be->product_matrix(t[0].map(m));
+  ASSERT_EQ(lanes.layout, WLayout::Lanes);
+  std::vector<int32_t> ids = {0, 3};
+  Ref tok{t[0].be->upload(ids.data(), 8, "ids")}, out{t[0].be->alloc(2 * 2048 * 4, "out")};
+  try {
+    t[0].q->go(op::Embed{lanes, tok, out, 2});
+    t[0].q->wait();
+    FAIL() << "the embedding gathered from a products-only layout";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("products-only layout"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaParity, LargeProject) {
   auto t = cuda_target();
   large_project_cases(t);

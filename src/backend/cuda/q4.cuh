@@ -228,5 +228,4 @@ __device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned shor
   out_b = warp_butterfly(acc_b + bias_b);
 }
 
-
 }  // namespace dq::cuda
