@@ -1,6 +1,6 @@
 // The resident mat-vec: when a product's 4-bit weights fit in shared memory spread over one
-// block per SM, each block copies its rows into shared memory with bulk asynchronous copies
-// (TMA, cp.async.bulk) *before* it waits for the previous kernel (programmatic dependent
+// block per SM, each block copies its rows into shared memory with asynchronous copies
+// (cp.async; the copy engine measured no faster) *before* it waits for the previous kernel (programmatic dependent
 // launch). The weight stream of this product then overlaps the previous kernels, and after the
 // wait only the short critical path remains: normalise x, make the group sums, and compute the
 // rows from shared memory. Rows are computed in the canonical order of ops/numerics.h
@@ -105,7 +105,7 @@ __device__ __forceinline__ float dot_pair(const uint32_t* wa, const void* sa, co
 // GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
 // LANES: the matrices are in the lane layout (q4.cuh; FAST only).
 template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false>
-__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip) {
+__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
   const int K = a.K, U = K / 8, G = K / gs;
@@ -160,8 +160,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         p += (seg[i].n * srow + 15) / 16 * 16;
       }
   }
-
-  pdl_trigger();
+  // trigger (launch_project_resident): when the next kernel may launch. Its blocks' weight
+  // copies go out as soon as they are resident, and on an SM where this kernel still runs they
+  // slow it: 0 at the start, 1 after x's phase, 2 after the rows.
+  if (trigger == 0) pdl_trigger();
   // Nothing here depends on earlier kernels: the weight copies start, and the RMSNorm weight
   // of this thread's unit comes into registers, before the wait.
 #pragma unroll
@@ -180,6 +182,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     nw0 = reinterpret_cast<const float4*>(a.norm)[2 * u_own];
     nw1 = reinterpret_cast<const float4*>(a.norm)[2 * u_own + 1];
   }
+  if (skip & 64) async_wait_all();  // the lab: the copies landed before the wait (see "waited")
   pdl_wait();
   if (skip & 32) {  // the lab: the launch, the wait and the exit alone
     if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
@@ -292,6 +295,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     if (t == 0) async_wait_all();  // this thread's weight copies have landed
     __syncthreads();
     if (t == 0) DQ_MARK();
+    if (t == 0 && trigger == 1) pdl_trigger();
     if (!FAST) {
       for (int g = threadIdx.x; g < G && !(skip & 16); g += blockDim.x) {  // group sums: chain of unit sums
         float s = 0.0f;
@@ -343,6 +347,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     }
     __syncthreads();  // the next token overwrites x
     if (t == 0) DQ_MARK();
+    if (t == 0 && trigger == 2) pdl_trigger();
   }
 }
 
@@ -371,7 +376,12 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
     for (int i = 0; i < a.n; ++i) items += a.m[i].rows;
   const int G = a.K / gs, sbytes = m0.sdt == SDt::F32 ? 4 : 2;
   const size_t srow = size_t(G) * sbytes;
-  const int blocks = std::min(items, num_sms);
+  // DELTAQ_MV_SWIGLU_BLOCKS / DELTAQ_MV_BLOCKS (the kernel lab): fewer blocks than SMs, so
+  // that no block waits for an SM still full at the release.
+  static const int cap_swiglu = std::getenv("DELTAQ_MV_SWIGLU_BLOCKS") ? std::atoi(std::getenv("DELTAQ_MV_SWIGLU_BLOCKS")) : 0;
+  static const int cap_other = std::getenv("DELTAQ_MV_BLOCKS") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS")) : 0;
+  const int cap = swiglu ? cap_swiglu : cap_other;
+  const int blocks = std::min(items, cap > 0 ? std::min(cap, num_sms) : num_sms);
   const int per_block = (items + blocks - 1) / blocks;
   const int segs = swiglu ? 2 : a.n;
   const size_t row_bytes = size_t(a.K / 2) + 2 * ((srow + 15) / 16 * 16);
@@ -383,7 +393,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
   static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
-  using Kernel = void (*)(ProjectArgs, int, int, int);
+  using Kernel = void (*)(ProjectArgs, int, int, int, int);
   static const Kernel table[4][2] = {{resident_kernel<16, 2, false>, resident_kernel<16, 2, true>},
                                      {resident_kernel<12, 2, false>, resident_kernel<12, 2, true>},
                                      {resident_kernel<16, 1, false>, resident_kernel<16, 1, true>},
@@ -408,13 +418,22 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   }
   // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
   // copies, 2 the row products, 4 the RMSNorm's scaling (r = 1; warp 0 still makes the sum),
-  // 8 x's unit integers, 16 the group sums, 32 everything after the wait; to see where a
-  // launch's time goes.
+  // 8 x's unit integers, 16 the group sums, 32 everything after the wait, 64 wait for the
+  // weight copies before the programmatic wait (its "waited" then tells whether they landed
+  // before the release; results stay right); to see where a launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
   const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
-  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip);
+  // Where the next kernel may launch: 0 at the start (its weight copies then overlap this
+  // kernel's wait), 1 after x's phase, 2 after the rows. SwiGLU (gate/up) lets its successor
+  // (down, 86 KB of copies a block) launch after x's phase: some of gate/up's blocks only find
+  // an SM at its release, so down's copies would otherwise land on SMs still in gate/up's x
+  // phase (H200: 1074 vs 1054 tok/s; after the rows: 1021; for every product: 1086 vs 1109).
+  // DELTAQ_MV_TRIGGER_SWIGLU / DELTAQ_MV_TRIGGER (the others) override (results never depend on it).
+  static const int trig_swiglu = std::getenv("DELTAQ_MV_TRIGGER_SWIGLU") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_SWIGLU")) : 1;
+  static const int trig_other = std::getenv("DELTAQ_MV_TRIGGER") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER")) : 0;
+  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, (swiglu ? trig_swiglu : trig_other) % 3);
   return true;
 }
 
