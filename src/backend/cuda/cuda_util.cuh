@@ -38,6 +38,7 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 #ifndef DELTAQ_TIMELINE
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 #define DQ_MARK() ((void)0)
+#define DQ_SM(tag) ((void)0)
 #else
 // The kernel lab's timeline (a build with -DDELTAQ_TIMELINE=ON): block 0 of every kernel records
 // when it reached its wait and when the wait released it (the global timer, ns), with the source
@@ -79,9 +80,27 @@ __device__ __forceinline__ void tl_mark_at(int line) {
     tl_record(t, t, line);
   }
 }
+// Where blocks run (DELTAQ_TIMELINE_SM=FILE): thread 0 of every block records the time, its SM
+// and a tag at DQ_SM(tag) into a ring per kernel file (the last kSmMax records); the timeline's
+// dump writes them to FILE as CSV, to see which SMs a kernel's late blocks waited for.
+constexpr unsigned kSmMax = 1u << 20;
+__device__ unsigned long long tl_sm_rec[2 * kSmMax];
+__device__ unsigned tl_sm_count;
+__device__ unsigned tl_sm_on;
+__device__ __forceinline__ void tl_sm_at(unsigned tag) {
+  if (tl_sm_on && threadIdx.x == 0 && threadIdx.y == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    const unsigned i = atomicAdd(&tl_sm_count, 1u) % kSmMax;
+    tl_sm_rec[2 * i] = global_ns();
+    tl_sm_rec[2 * i + 1] = (unsigned long long)(tag & 0xFFu) | ((unsigned long long)(blockIdx.x & 0xFFFFu) << 8) |
+                           ((unsigned long long)(gridDim.x & 0xFFFFu) << 24) | ((unsigned long long)smid << 40);
+  }
+}
 }  // namespace
 #define pdl_wait() pdl_wait_at(__LINE__)
 #define DQ_MARK() tl_mark_at(__LINE__)
+#define DQ_SM(tag) tl_sm_at(tag)
 #endif
 
 // The kernel lab's ablation switch: DELTAQ_LAB_SKIP=gdn,attn makes those kernels return right
@@ -218,8 +237,12 @@ struct TimelineRecord {
   int line;
   const char* file;
 };
+struct SmRecord {
+  unsigned long long t, packed;  // tl_sm_at's time and tag | block << 8 | grid << 24 | SM << 40
+  const char* file;
+};
 void timeline_register(void (*collect)(std::vector<TimelineRecord>*, const char*), void (*set_block)(unsigned),
-                       const char* file);
+                       void (*sm_collect)(std::vector<SmRecord>*, const char*), void (*sm_enable)(), const char* file);
 namespace {
 inline void tl_collect(std::vector<TimelineRecord>* out, const char* file) {
   unsigned n = 0;
@@ -230,8 +253,22 @@ inline void tl_collect(std::vector<TimelineRecord>* out, const char* file) {
   for (unsigned i = 0; i < n; ++i) out->push_back({r[3 * i], r[3 * i + 1], int(r[3 * i + 2]), file});
 }
 inline void tl_set_block(unsigned b) { cudaMemcpyToSymbol(tl_block, &b, sizeof b); }
+inline void tl_sm_collect(std::vector<SmRecord>* out, const char* file) {
+  unsigned n = 0;
+  if (cudaMemcpyFromSymbol(&n, tl_sm_count, sizeof n) != cudaSuccess) return;
+  n = n < kSmMax ? n : kSmMax;
+  std::vector<unsigned long long> r(2 * size_t(n));
+  if (n && cudaMemcpyFromSymbol(r.data(), tl_sm_rec, r.size() * 8) != cudaSuccess) return;
+  for (unsigned i = 0; i < n; ++i) out->push_back({r[2 * i], r[2 * i + 1], file});
+}
+inline void tl_sm_enable() {
+  const unsigned on = 1;
+  cudaMemcpyToSymbol(tl_sm_on, &on, sizeof on);
+}
 struct TimelineRegistration {
-  explicit TimelineRegistration(const char* file) { timeline_register(&tl_collect, &tl_set_block, file); }
+  explicit TimelineRegistration(const char* file) {
+    timeline_register(&tl_collect, &tl_set_block, &tl_sm_collect, &tl_sm_enable, file);
+  }
 };
 }  // namespace
 #define DQ_TIMELINE_FILE static TimelineRegistration tl_registration_(__FILE__);

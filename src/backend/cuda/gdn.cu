@@ -286,6 +286,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
   using QkKeep = QkKeepT<KC>;
   static_assert(CW <= 32 && DK % SL == 0, "one lane per column");
   static_assert(!CLUSTER || SL == 4, "the cluster finisher gives block sl the channels lane + 32 sl");
+  DQ_SM(101);  // (the kernel lab's SM record: this block started; 103 below: it ends)
   pdl_trigger();
   // CLUSTER: this block has started (a block's shared memory may be written by the others only
   // then); waited for just before the first remote store, long after every block arrived.
@@ -477,6 +478,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     const int v = c0 + lane;  // = lane + 32 sl
     o_raw[v] = ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
     keep_qk(mine);  // every block of the cluster read q's and k's conv state before the barrier
+    DQ_SM(103);
     return;
   }
   // The head's last block applies the gated RMSNorm to all 128 outputs and keeps q's and k's

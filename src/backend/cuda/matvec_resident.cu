@@ -163,6 +163,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   // trigger (launch_project_resident): when the next kernel may launch. Its blocks' weight
   // copies go out as soon as they are resident, and on an SM where this kernel still runs they
   // slow it: 0 at the start, 1 after x's phase, 2 after the rows.
+  // The kernel lab's SM records: tag 1 started, 2 released, 3 done, + 10 * epilogue + 40 when normalised.
+  [[maybe_unused]] const unsigned sm_tag = 10u * unsigned(a.epi) + (a.norm ? 40u : 0u);
+  DQ_SM(sm_tag + 1);
   if (trigger == 0) pdl_trigger();
   // Nothing here depends on earlier kernels: the weight copies start, and the RMSNorm weight
   // of this thread's unit comes into registers, before the wait.
@@ -184,6 +187,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   }
   if (skip & 64) async_wait_all();  // the lab: the copies landed before the wait (see "waited")
   pdl_wait();
+  DQ_SM(sm_tag + 2);
   if (skip & 32) {  // the lab: the launch, the wait and the exit alone
     if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
     if (!(skip & 1)) async_wait_all();
@@ -349,6 +353,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     if (t == 0) DQ_MARK();
     if (t == 0 && trigger == 2) pdl_trigger();
   }
+  DQ_SM(sm_tag + 3);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ namespace {
 struct Source {
   void (*collect)(std::vector<TimelineRecord>*, const char*);
   void (*set_block)(unsigned);
+  void (*sm_collect)(std::vector<SmRecord>*, const char*);
+  void (*sm_enable)();
   const char* file;
 };
 std::vector<Source>& sources() {
@@ -30,11 +32,13 @@ std::vector<Source>& sources() {
 }  // namespace
 
 void timeline_register(void (*collect)(std::vector<TimelineRecord>*, const char*), void (*set_block)(unsigned),
-                       const char* file) {
-  sources().push_back({collect, set_block, file});
+                       void (*sm_collect)(std::vector<SmRecord>*, const char*), void (*sm_enable)(), const char* file) {
+  sources().push_back({collect, set_block, sm_collect, sm_enable, file});
 }
 
 void timeline_start() {
+  if (std::getenv("DELTAQ_TIMELINE") && std::getenv("DELTAQ_TIMELINE_SM"))
+    for (const Source& s : sources()) s.sm_enable();
   const char* b = std::getenv("DELTAQ_TIMELINE_BLOCK");
   if (!b || !std::getenv("DELTAQ_TIMELINE")) return;
   for (const Source& s : sources()) s.set_block(unsigned(std::strtoul(b, nullptr, 10)));
@@ -43,6 +47,19 @@ void timeline_start() {
 void timeline_dump() {
   if (!std::getenv("DELTAQ_TIMELINE")) return;
   cudaDeviceSynchronize();
+  if (const char* path = std::getenv("DELTAQ_TIMELINE_SM")) {  // file,t_ns,tag,block,grid,sm
+    std::vector<SmRecord> sm;
+    for (const Source& s : sources()) s.sm_collect(&sm, s.file);
+    std::sort(sm.begin(), sm.end(), [](const SmRecord& a, const SmRecord& b) { return a.t < b.t; });
+    if (FILE* f = std::fopen(path, "w")) {
+      for (const SmRecord& r : sm) {
+        const char* base = std::strrchr(r.file, '/');
+        std::fprintf(f, "%s,%llu,%llu,%llu,%llu,%llu\n", base ? base + 1 : r.file, r.t, r.packed & 0xFF,
+                     (r.packed >> 8) & 0xFFFF, (r.packed >> 24) & 0xFFFF, r.packed >> 40);
+      }
+      std::fclose(f);
+    }
+  }
   std::vector<TimelineRecord> r;
   for (const Source& s : sources()) s.collect(&r, s.file);
   std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.release_ns < b.release_ns; });
