@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -256,6 +257,8 @@ inline void tl_set_block(unsigned b) { cudaMemcpyToSymbol(tl_block, &b, sizeof b
 inline void tl_sm_collect(std::vector<SmRecord>* out, const char* file) {
   unsigned n = 0;
   if (cudaMemcpyFromSymbol(&n, tl_sm_count, sizeof n) != cudaSuccess) return;
+  if (n > kSmMax)  // the ring overwrote its oldest records: launches can no longer be told apart
+    std::fprintf(stderr, "timeline: %s: %u SM records, only the last %u kept (run fewer tokens)\n", file, n, kSmMax);
   n = n < kSmMax ? n : kSmMax;
   std::vector<unsigned long long> r(2 * size_t(n));
   if (n && cudaMemcpyFromSymbol(r.data(), tl_sm_rec, r.size() * 8) != cudaSuccess) return;

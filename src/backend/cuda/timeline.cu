@@ -58,6 +58,8 @@ void timeline_dump() {
                      (r.packed >> 8) & 0xFFFF, (r.packed >> 24) & 0xFFFF, r.packed >> 40);
       }
       std::fclose(f);
+    } else {
+      std::fprintf(stderr, "timeline: cannot write the SM records to %s\n", path);
     }
   }
   std::vector<TimelineRecord> r;
