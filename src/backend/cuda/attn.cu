@@ -415,10 +415,10 @@ constexpr int kGroupDims = 16, kGroupThreads = 256;
 constexpr size_t group_ring_floats(int stages) { return size_t(stages) * kVPos * kGroupDims; }
 
 template <int G, int S>
-__global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnArgs a, int skip) {
+__global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnArgs a, int skip, int trigger) {
   static_assert(8 % G == 0 && G * kGroupDims <= 64 && 2 + G <= 8, "heads per KV head: 1, 2 or 4");
   constexpr int kVStages = S;
-  pdl_trigger();
+  if (trigger == 0) pdl_trigger();  // 1: after the wait (the out-projection's blocks then find free SMs)
   extern __shared__ __align__(16) float sm[];
   float* ring = sm;                                // [S][kVPos][kGroupDims]
   float* e_all = sm + group_ring_floats(S);        // [G][ctx4] exp(s - max) of each query head
@@ -447,6 +447,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
     }
   }
   pdl_wait();
+  if (trigger != 0) pdl_trigger();
   if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
   if (!a.early) p = *a.pos + t;
   if (p < 0 || p >= a.max_ctx) {
@@ -563,7 +564,8 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   const size_t group_smem = group_ring_floats(stages) * 4 + e_bytes;
   if (group_on && a.h % a.hkv == 0 && (G == 1 || G == 2 || G == 4) && a.hd % kGroupDims == 0 &&
       group_smem <= 225 * 1024) {
-    using K = void (*)(AttnArgs, int);
+    using K = void (*)(AttnArgs, int, int);
+    static const int trigger = std::getenv("DELTAQ_ATTN_TRIGGER") ? std::atoi(std::getenv("DELTAQ_ATTN_TRIGGER")) : 0;
     static const K table[2][3] = {{softmax_v_group_kernel<1, 4>, softmax_v_group_kernel<2, 4>, softmax_v_group_kernel<4, 4>},
                                   {softmax_v_group_kernel<1, 16>, softmax_v_group_kernel<2, 16>,
                                    softmax_v_group_kernel<4, 16>}};
@@ -574,7 +576,7 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
       group_attr = true;
     }
     launch_kernel(table[stages == 16 ? 1 : 0][G == 1 ? 0 : G == 2 ? 1 : 2], dim3(a.T * a.hkv, a.hd / kGroupDims),
-                  kGroupThreads, group_smem, s, b, skip_v);
+                  kGroupThreads, group_smem, s, b, skip_v, trigger);
     return;
   }
   // The ring kernel when its ring and the context's weights fit in shared memory (DELTAQ_ATTN_RING=0: never).

@@ -280,14 +280,17 @@ struct QkKeepT {
   int chq, chk;
 };
 
+// trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after the
+// programmatic wait, when the in-projection's blocks have left their SMs (launched earlier, its
+// blocks find SMs still full with the in-projection and some SMs get two).
 template <int KC, int SL, bool EARLY, bool CLUSTER = false>
-__global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
+__global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trigger) {
   constexpr int DK = 128, CW = DK / SL;
   using QkKeep = QkKeepT<KC>;
   static_assert(CW <= 32 && DK % SL == 0, "one lane per column");
   static_assert(!CLUSTER || SL == 4, "the cluster finisher gives block sl the channels lane + 32 sl");
   DQ_SM(101);  // (the kernel lab's SM record: this block started; 103 below: it ends)
-  pdl_trigger();
+  if (trigger == 0) pdl_trigger();
   // CLUSTER: this block has started (a block's shared memory may be written by the others only
   // then); waited for just before the first remote store, long after every block arrived.
   if constexpr (CLUSTER) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -343,6 +346,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip) {
     sv[j] = a.conv_state[size_t(j) * C + chv];
   }
   if (EARLY) pdl_wait();
+  if (trigger != 0) pdl_trigger();
   float inq[4], ink[4];
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
@@ -518,7 +522,8 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && a.hk == a.hv && a.dk == 128 &&
       a.dv == 128 && a.K == 4) {
     const int skip = lab_skip("gdn") ? 1 : 0;
-    using K = void (*)(GdnArgs, int);
+    static const int trigger = std::getenv("DELTAQ_GDN_TRIGGER") ? std::atoi(std::getenv("DELTAQ_GDN_TRIGGER")) : 0;
+    using K = void (*)(GdnArgs, int, int);
     static const K table[3][2] = {{split_kernel<4, 4, false>, split_kernel<4, 4, true>},
                                   {split_kernel<4, 8, false>, split_kernel<4, 8, true>},
                                   {split_kernel<4, 16, false>, split_kernel<4, 16, true>}};
@@ -528,10 +533,10 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
     static const bool cluster = !(cl_env && cl_env[0] == '0');
     if (cluster && si == 0) {
       launch_kernel_in(4, a.early ? split_kernel<4, 4, true, true> : split_kernel<4, 4, false, true>, a.hv * 4, 32, 0, s,
-                       a, skip);
+                       a, skip, trigger);
       return;
     }
-    launch_kernel(table[si][a.early ? 1 : 0], a.hv * (4 << si), 32, 0, s, a, skip);
+    launch_kernel(table[si][a.early ? 1 : 0], a.hv * (4 << si), 32, 0, s, a, skip, trigger);
     return;
   }
   if (fused && a.hk == a.hv && a.dk == 128 && a.dv == 128 && a.K == 4) {

@@ -6,6 +6,7 @@
 // rows from shared memory. Rows are computed in the canonical order of ops/numerics.h
 // (affine_dot: lane l takes units l, l+32, ...), so results equal the CPU's bit for bit.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -82,7 +83,7 @@ __device__ __forceinline__ void dot_rows(const uint32_t* wa, const void* sa, con
 
 // Rows (ra of A, rb of B) of a block's segments: the fast or the general dot. Returns A's
 // result in lanes 0-15 and B's in lanes 16-31 (the fast path's paired butterfly).
-template <bool FAST, int GSHIFT, bool LANES>
+template <bool FAST, int GSHIFT, bool LANES, bool HALVES = false>
 __device__ __forceinline__ float dot_pair(const uint32_t* wa, const void* sa, const void* ba, const uint32_t* wb,
                                           const void* sb, const void* bb, bool two, int U, int G, int gs_shift,
                                           int gs, SDt sdt, const uint4* xa, const uint4* xb, const float* xg,
@@ -94,7 +95,7 @@ __device__ __forceinline__ float dot_pair(const uint32_t* wa, const void* sa, co
       sb = sa;
       bb = ba;
     }
-    return dot2_fast<GSHIFT, LANES>(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane);
+    return dot2_fast<GSHIFT, LANES, HALVES>(wa, S(sa), S(ba), wb, S(sb), S(bb), U, G, gs_shift, xa, xb, xg, lane);
   } else {
     float out_a = 0.0f, out_b = 0.0f;
     dot_rows(wa, sa, ba, wb, sb, bb, two, U, G, gs_shift, gs, sdt, xa, xb, xg, lane, out_a, out_b);
@@ -102,10 +103,20 @@ __device__ __forceinline__ float dot_pair(const uint32_t* wa, const void* sa, co
   }
 }
 
+// The first item of block b when the last `late` blocks of the grid take `w_late` / 16 of a
+// block's share (the others 16 / 16): the hardware places blocks in index order, so the last
+// ones are those that find an SM only when the previous kernel leaves (late = 0: even shares).
+__host__ __device__ __forceinline__ int first_item(int b, int blocks, int items, int late, int w_late) {
+  const int64_t early = blocks - late;
+  const int64_t w = 16 * int64_t(b < early ? b : early) + int64_t(w_late) * (b > early ? b - early : 0);
+  const int64_t total = 16 * early + int64_t(w_late) * late;
+  return int(w * items / total);
+}
+
 // GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
 // LANES: the matrices are in the lane layout (q4.cuh; FAST only).
 template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false>
-__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger) {
+__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
   const int K = a.K, U = K / 8, G = K / gs;
@@ -127,8 +138,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   const uint32_t wbase = uint32_t(4 * (4 * U + 4 * U + U + U) + (a.norm ? 4 * K : 0));
 
   // This block's items: rows of the concatenated matrices (SwiGLU: gate row j with up row j).
-  const int i0 = int(int64_t(blockIdx.x) * items / gridDim.x);
-  const int i1 = int(int64_t(blockIdx.x + 1) * items / gridDim.x);
+  // tail = late * 256 + w_late (first_item).
+  const int i0 = first_item(blockIdx.x, gridDim.x, items, tail >> 8, tail & 255);
+  const int i1 = first_item(blockIdx.x + 1, gridDim.x, items, tail >> 8, tail & 255);
   Seg seg[kMax];
   int nseg = 0;
   if (swiglu) {
@@ -316,7 +328,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
       for (int j = warp; j < seg[0].n; j += WARPS) {
-        const float gv = dot_pair<FAST, GSHIFT, LANES>(wg + size_t(j) * U, smem + seg[0].s + j * srow,
+        const float gv = dot_pair<FAST, GSHIFT, LANES, (MINB >= 3)>(wg + size_t(j) * U, smem + seg[0].s + j * srow,
                                                 smem + seg[0].b + j * srow, wu + size_t(j) * U,
                                                 smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
                                                 gs_shift, gs, sdt, xa, xb, xg, lane);
@@ -334,7 +346,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         for (int j = 2 * warp; j < sg.n; j += 2 * WARPS) {
           const bool two = j + 1 < sg.n;
           const int k = two ? j + 1 : j;
-          float v = dot_pair<FAST, GSHIFT, LANES>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
+          float v = dot_pair<FAST, GSHIFT, LANES, (MINB >= 3)>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
                                            w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two, U,
                                            G, gs_shift, gs, sdt, xa, xb, xg, lane);
           // Lane 0 has row j, lane 16 row k (when there are two).
@@ -387,7 +399,20 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   static const int cap_other = std::getenv("DELTAQ_MV_BLOCKS") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS")) : 0;
   const int cap = swiglu ? cap_swiglu : cap_other;
   const int blocks = std::min(items, cap > 0 ? std::min(cap, num_sms) : num_sms);
-  const int per_block = (items + blocks - 1) / blocks;
+  // DELTAQ_MV_SWIGLU_TAIL=L,W / DELTAQ_MV_TAIL=L,W (the kernel lab): the last L blocks take W / 16
+  // of a block's share of the rows (first_item).
+  auto tail_of = [](const char* name) {
+    const char* e = std::getenv(name);
+    int late = 0, w = 16;
+    if (e && std::sscanf(e, "%d,%d", &late, &w) == 2 && late > 0 && late < 128 && w >= 0 && w <= 16) return late * 256 + w;
+    return 0;
+  };
+  static const int tail_swiglu = tail_of("DELTAQ_MV_SWIGLU_TAIL"), tail_other = tail_of("DELTAQ_MV_TAIL");
+  const int tail = (swiglu ? tail_swiglu : tail_other) >> 8 < blocks ? (swiglu ? tail_swiglu : tail_other) : 0;
+  int per_block = 0;
+  for (int b = 0; b < blocks; ++b)
+    per_block = std::max(per_block, first_item(b + 1, blocks, items, tail >> 8, tail & 255) -
+                                        first_item(b, blocks, items, tail >> 8, tail & 255));
   const int segs = swiglu ? 2 : a.n;
   const size_t row_bytes = size_t(a.K / 2) + 2 * ((srow + 15) / 16 * 16);
   const size_t x_bytes = size_t(a.K) * 4 + 2 * size_t(a.K / 8) * 4 + (a.norm ? size_t(a.K) * 4 : 0);
@@ -398,7 +423,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
   static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
-  using Kernel = void (*)(ProjectArgs, int, int, int, int);
+  using Kernel = void (*)(ProjectArgs, int, int, int, int, int);
   static const Kernel table[4][2] = {{resident_kernel<16, 2, false>, resident_kernel<16, 2, true>},
                                      {resident_kernel<12, 2, false>, resident_kernel<12, 2, true>},
                                      {resident_kernel<16, 1, false>, resident_kernel<16, 1, true>},
@@ -410,14 +435,19 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   static const bool g64 = !(std::getenv("DELTAQ_MV_RES_G64") && std::getenv("DELTAQ_MV_RES_G64")[0] == '0');
   // The lane layout: the default variant only (another variant leaves such products to the
   // streaming kernels).
-  static const Kernel lanes_g64 = resident_kernel<8, 2, true, 6, true>;
+  static const Kernel lanes_g64_2 = resident_kernel<8, 2, true, 6, true>;
+  static const Kernel lanes_g64_3 = resident_kernel<8, 3, true, 6, true>;
   static const Kernel lanes_any = resident_kernel<8, 2, true, -1, true>;
+  // DELTAQ_MV_RES_MINB=3 (the kernel lab): registers capped for three blocks an SM (80 a thread),
+  // so that a block of the next product fits beside two of this one.
+  static const bool minb3 = std::getenv("DELTAQ_MV_RES_MINB") && std::atoi(std::getenv("DELTAQ_MV_RES_MINB")) == 3;
+  static const Kernel lanes_g64 = minb3 ? lanes_g64_3 : lanes_g64_2;
   if (m0.lanes && v != 3) return false;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    for (Kernel k : {fast_g64, lanes_g64, lanes_any})
+    for (Kernel k : {fast_g64, lanes_g64_2, lanes_g64_3, lanes_any})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
@@ -438,7 +468,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // DELTAQ_MV_TRIGGER_SWIGLU / DELTAQ_MV_TRIGGER (the others) override (results never depend on it).
   static const int trig_swiglu = std::getenv("DELTAQ_MV_TRIGGER_SWIGLU") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_SWIGLU")) : 1;
   static const int trig_other = std::getenv("DELTAQ_MV_TRIGGER") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER")) : 0;
-  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, (swiglu ? trig_swiglu : trig_other) % 3);
+  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, (swiglu ? trig_swiglu : trig_other) % 3, tail);
   return true;
 }
 

@@ -117,7 +117,9 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
 // GSHIFT: log2(gs) when known at compile time (the scales' offsets are then immediates), else
 // -1 and gs_shift is used. Returns row a's result in lanes 0-15 and row b's in lanes 16-31
 // (warp_butterfly2). LANES: the matrices are in the lane layout (lane_word, lane_scale).
-template <int GSHIFT = -1, bool LANES = false>
+// HALVES (LANES only): a chunk in two halves of 4 units (the second half's words loaded after
+// the first half's units), for kernels capped at fewer registers; same chains, same order.
+template <int GSHIFT = -1, bool LANES = false, bool HALVES = false>
 __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                            const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
                                            int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
@@ -126,6 +128,30 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   const int gstep = 256 >> shift;  // groups between units u and u + 32 (gs <= 256)
   float acc_a = 0.0f, acc_b = 0.0f;
   for (int base = 0; base < U; base += 256) {
+    if constexpr (LANES && HALVES) {
+      const uint4* wa4 = reinterpret_cast<const uint4*>(wa + base) + lane;
+      const uint4* wb4 = reinterpret_cast<const uint4*>(wb + base) + lane;
+      const uint4 s_off_a = reinterpret_cast<const uint4*>(sa + ((base * 8) >> shift))[lane >> (shift - 3)];
+      const uint4 s_off_b = reinterpret_cast<const uint4*>(sb + ((base * 8) >> shift))[lane >> (shift - 3)];
+      const uint32_t sw_a[4] = {s_off_a.x, s_off_a.y, s_off_a.z, s_off_a.w};
+      const uint32_t sw_b[4] = {s_off_b.x, s_off_b.y, s_off_b.z, s_off_b.w};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 a4 = wa4[32 * h], b4 = wb4[32 * h];
+        const uint32_t va[4] = {a4.x, a4.y, a4.z, a4.w}, vb[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int i = 4 * h + j;
+          const int u = base + lane + 32 * i;
+          const uint4 x0 = xa[u], x1 = xb[u];
+          const float fa = i & 1 ? bf16_hi(sw_a[i >> 1]) : bf16_lo(sw_a[i >> 1]);
+          const float fb = i & 1 ? bf16_hi(sw_b[i >> 1]) : bf16_lo(sw_b[i >> 1]);
+          acc_a = fmaf(fa, unit_q4(va[j], x0, x1), acc_a);
+          acc_b = fmaf(fb, unit_q4(vb[j], x0, x1), acc_b);
+        }
+      }
+      continue;
+    }
     uint32_t va[8], vb[8];
     float fa[8], fb[8];  // the scales of units base + lane + 32 i
     if constexpr (LANES) {
