@@ -117,9 +117,7 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
 // GSHIFT: log2(gs) when known at compile time (the scales' offsets are then immediates), else
 // -1 and gs_shift is used. Returns row a's result in lanes 0-15 and row b's in lanes 16-31
 // (warp_butterfly2). LANES: the matrices are in the lane layout (lane_word, lane_scale).
-// HALVES (LANES only): a chunk in two halves of 4 units (the second half's words loaded after
-// the first half's units), for kernels capped at fewer registers; same chains, same order.
-template <int GSHIFT = -1, bool LANES = false, bool HALVES = false>
+template <int GSHIFT = -1, bool LANES = false>
 __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                            const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
                                            int U, int G, int gs_shift, const uint4* xa, const uint4* xb,
@@ -128,30 +126,6 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   const int gstep = 256 >> shift;  // groups between units u and u + 32 (gs <= 256)
   float acc_a = 0.0f, acc_b = 0.0f;
   for (int base = 0; base < U; base += 256) {
-    if constexpr (LANES && HALVES) {
-      const uint4* wa4 = reinterpret_cast<const uint4*>(wa + base) + lane;
-      const uint4* wb4 = reinterpret_cast<const uint4*>(wb + base) + lane;
-      const uint4 s_off_a = reinterpret_cast<const uint4*>(sa + ((base * 8) >> shift))[lane >> (shift - 3)];
-      const uint4 s_off_b = reinterpret_cast<const uint4*>(sb + ((base * 8) >> shift))[lane >> (shift - 3)];
-      const uint32_t sw_a[4] = {s_off_a.x, s_off_a.y, s_off_a.z, s_off_a.w};
-      const uint32_t sw_b[4] = {s_off_b.x, s_off_b.y, s_off_b.z, s_off_b.w};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 a4 = wa4[32 * h], b4 = wb4[32 * h];
-        const uint32_t va[4] = {a4.x, a4.y, a4.z, a4.w}, vb[4] = {b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int i = 4 * h + j;
-          const int u = base + lane + 32 * i;
-          const uint4 x0 = xa[u], x1 = xb[u];
-          const float fa = i & 1 ? bf16_hi(sw_a[i >> 1]) : bf16_lo(sw_a[i >> 1]);
-          const float fb = i & 1 ? bf16_hi(sw_b[i >> 1]) : bf16_lo(sw_b[i >> 1]);
-          acc_a = fmaf(fa, unit_q4(va[j], x0, x1), acc_a);
-          acc_b = fmaf(fb, unit_q4(vb[j], x0, x1), acc_b);
-        }
-      }
-      continue;
-    }
     uint32_t va[8], vb[8];
     float fa[8], fb[8];  // the scales of units base + lane + 32 i
     if constexpr (LANES) {
@@ -198,6 +172,57 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
     bias_b = fmaf(__uint_as_float(uint32_t(bb[g]) << 16), xg[g], bias_b);
   }
   return warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
+}
+
+// Four rows against x (dot2_fast's lane layout case: bf16 scales, K a multiple of 2048, groups
+// of 8 to 256 inputs): x's two words per unit are read once for four rows, so a row costs half
+// the shared-memory traffic for x (the rows of the larger products are bound by it). The same
+// chains in the same order per row. A chunk goes in two halves of four units (fewer registers
+// live). Returns row 0's result in lanes 0-7, row 2's in 8-15, row 1's in 16-23, row 3's in
+// 24-31 (warp_butterfly4). Rows by byte offsets into shared memory sm (words wo, scales so,
+// biases bo).
+template <int GSHIFT = -1>
+__device__ __forceinline__ float dot4_fast(const unsigned char* sm, const uint32_t (&wo)[4], const uint32_t (&so)[4],
+                                           const uint32_t (&bo)[4], int U, int G, int gs_shift, const uint4* xa,
+                                           const uint4* xb, const float* xg, int lane) {
+  const int shift = GSHIFT >= 0 ? GSHIFT : gs_shift;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int base = 0; base < U; base += 256) {
+    uint32_t sw[4][4];  // the 8 scales of each row (bf16 pairs)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint4 v = reinterpret_cast<const uint4*>(sm + so[r] + 2 * ((base * 8) >> shift))[lane >> (shift - 3)];
+      sw[r][0] = v.x, sw[r][1] = v.y, sw[r][2] = v.z, sw[r][3] = v.w;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t wv[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const uint4 v = (reinterpret_cast<const uint4*>(sm + wo[r] + 4 * base) + lane)[32 * h];
+        wv[r][0] = v.x, wv[r][1] = v.y, wv[r][2] = v.z, wv[r][3] = v.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * h + j;
+        const int u = base + lane + 32 * i;
+        const uint4 x0 = xa[u], x1 = xb[u];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float f = i & 1 ? bf16_hi(sw[r][i >> 1]) : bf16_lo(sw[r][i >> 1]);
+          acc[r] = fmaf(f, unit_q4(wv[r][j], x0, x1), acc[r]);
+        }
+      }
+    }
+  }
+  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int g = lane; g < G; g += 32) {
+    const float xv = xg[g];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      bias[r] = fmaf(__uint_as_float(uint32_t(reinterpret_cast<const unsigned short*>(sm + bo[r])[g]) << 16), xv, bias[r]);
+  }
+  return warp_butterfly4(acc[0] + bias[0], acc[1] + bias[1], acc[2] + bias[2], acc[3] + bias[3], lane);
 }
 
 // x of one lane in registers, for K = 2048 (units lane + 32 i, i < 8) and up to 64 groups: the
