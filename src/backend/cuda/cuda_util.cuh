@@ -212,20 +212,6 @@ __device__ __forceinline__ float warp_butterfly2(float a, float b, int lane) {
   return v;
 }
 
-// warp_butterfly of four rows: after the canonical xor-16 step the lower half goes on with rows
-// a and c, the upper with b and d; after the xor-8 step each quarter with one row (a: lanes
-// 0-7, c: 8-15, b: 16-23, d: 24-31), each step the canonical v + shfl_xor(v, m). Six shuffles
-// instead of twelve; every sum is the one warp_butterfly makes (addition commutes).
-__device__ __forceinline__ float warp_butterfly4(float a, float b, float c, float d, int lane) {
-  const bool upper = lane & 16, second = lane & 8;
-  const float k0 = upper ? b : a, k1 = upper ? d : c;  // the rows this half keeps
-  const float v0 = k0 + __shfl_xor_sync(0xffffffffu, upper ? a : b, 16);
-  const float v1 = k1 + __shfl_xor_sync(0xffffffffu, upper ? c : d, 16);
-  float v = (second ? v1 : v0) + __shfl_xor_sync(0xffffffffu, second ? v0 : v1, 8);
-  for (int m = 4; m >= 1; m >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
-
 // Sum of squares of x[0..n) in the canonical lane order (lane = index mod 32, then the
 // butterfly), by warp 0; every thread of the block gets the result. x may be shared memory.
 __device__ __forceinline__ float block_sum_squares(const float* x, int n, float* slot) {

@@ -115,9 +115,7 @@ __host__ __device__ __forceinline__ int first_item(int b, int blocks, int items,
 
 // GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
 // LANES: the matrices are in the lane layout (q4.cuh; FAST only).
-// QUAD (LANES only): four rows a warp step (dot4_fast) instead of two, for SwiGLU (1) or for
-// the other epilogues (2): one kind per instance, since both together spill (ptxas -v).
-template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false, int QUAD = 0>
+template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
@@ -209,11 +207,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   }
   // Residual rows (ProjectAdd): this warp's first pair, loaded now (lane 0 the first row,
   // lane 16 the second, the lanes that write them), used after the products.
-  // (QUAD: lanes 0, 16, 8, 24 write rows 4 warp + 0, 1, 2, 3.)
   float y_first = 0.0f;
-  const int r_first = QUAD == 2 ? 4 * warp + ((lane >> 4) & 1) + 2 * ((lane >> 3) & 1) : 2 * warp + (lane >> 4);
-  if (a.epi == Epilogue::Add && (lane & (QUAD == 2 ? 7 : 15)) == 0 && r_first < seg[0].n)
-    y_first = a.m[seg[0].m].y[seg[0].r0 + r_first];
+  const int r_first = 2 * warp + (lane >> 4);
+  if (a.epi == Epilogue::Add && (lane & 15) == 0 && r_first < seg[0].n) y_first = a.m[seg[0].m].y[seg[0].r0 + r_first];
 
   for (int t = 0; t < a.T; ++t) {
     const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * K);
@@ -328,48 +324,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
 
     if (skip & 2) {
       if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
-    } else if (QUAD == 1 && swiglu) {
-      // Gate rows j, j + 1 with their up rows: row 0 gate j, 1 up j, 2 gate j + 1, 3 up j + 1.
-      const uint32_t wrow4 = uint32_t(U) * 4;
-      for (int j = 2 * warp; j < seg[0].n; j += 2 * WARPS) {
-        const int k = j + 1 < seg[0].n ? j + 1 : j;
-        const uint32_t wo[4] = {seg[0].w + j * wrow4, seg[1].w + j * wrow4, seg[0].w + k * wrow4, seg[1].w + k * wrow4};
-        const uint32_t so[4] = {seg[0].s + j * srow, seg[1].s + j * srow, seg[0].s + k * srow, seg[1].s + k * srow};
-        const uint32_t bo[4] = {seg[0].b + j * srow, seg[1].b + j * srow, seg[0].b + k * srow, seg[1].b + k * srow};
-        const float v = dot4_fast<GSHIFT>(smem, wo, so, bo, U, G, gs_shift, xa, xb, xg, lane);
-        const float uv = __shfl_down_sync(0xffffffffu, v, 16);  // up j in lane 16, up j + 1 in lane 24
-        const int r = lane == 0 ? j : k;
-        if (lane == 0 || (lane == 8 && k != j)) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + r] = num::silu(v) * uv;
-      }
-    } else if (QUAD == 2 && !swiglu) {
-      const uint32_t wrow4 = uint32_t(U) * 4;
-#pragma unroll 1
-      for (int i = 0; i < kMax; ++i) {
-        if (i >= nseg) break;
-        const Seg sg = seg[i];
-        const MatDev& m = a.m[sg.m];
-        float* y = m.y + size_t(t) * m.rows + sg.r0;
-        for (int j = 4 * warp; j < sg.n; j += 4 * WARPS) {
-          uint32_t wo[4], so[4], bo[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const uint32_t r = uint32_t(j + q < sg.n ? j + q : j);  // rows past the end repeat row j
-            wo[q] = sg.w + r * wrow4;
-            so[q] = sg.s + r * srow;
-            bo[q] = sg.b + r * srow;
-          }
-          float v = dot4_fast<GSHIFT>(smem, wo, so, bo, U, G, gs_shift, xa, xb, xg, lane);
-          const int q = ((lane >> 4) & 1) + 2 * ((lane >> 3) & 1);  // lanes 0, 16, 8, 24: rows j + 0, 1, 2, 3
-          if ((lane & 7) == 0 && j + q < sg.n) {
-            const int r = j + q;
-            if (a.epi == Epilogue::Add) {
-              const bool pre = t == 0 && i == 0 && j == 4 * warp;
-              v = (pre ? y_first : y[r]) + v;
-            }
-            y[r] = v;
-          }
-        }
-      }
     } else if (swiglu) {
       const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
@@ -483,19 +437,12 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // streaming kernels).
   static const Kernel lanes_g64 = resident_kernel<8, 2, true, 6, true>;
   static const Kernel lanes_any = resident_kernel<8, 2, true, -1, true>;
-  static const Kernel quad_g64[2] = {resident_kernel<8, 2, true, 6, true, 1>, resident_kernel<8, 2, true, 6, true, 2>};
-  static const Kernel quad_any[2] = {resident_kernel<8, 2, true, -1, true, 1>, resident_kernel<8, 2, true, -1, true, 2>};
-  // Four rows a warp step (dot4_fast) for the products picked by DELTAQ_MV_QUADS (bits: 1
-  // SwiGLU, 2 Store, 4 Add with K = 2048, 8 Add with a larger K; the kernel lab).
-  static const int quads = std::getenv("DELTAQ_MV_QUADS") ? std::atoi(std::getenv("DELTAQ_MV_QUADS")) : 0;
-  const int epi_bit = swiglu ? 1 : a.epi == Epilogue::Add ? (a.K > 2048 ? 8 : 4) : 2;
-  const bool quad = m0.lanes && (quads & epi_bit);
   if (m0.lanes && v != 3) return false;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    for (Kernel k : {fast_g64, lanes_g64, lanes_any, quad_g64[0], quad_g64[1], quad_any[0], quad_any[1]})
+    for (Kernel k : {fast_g64, lanes_g64, lanes_any})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
@@ -505,8 +452,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // weight copies before the programmatic wait (its "waited" then tells whether they landed
   // before the release; results stay right); to see where a launch's time goes.
   static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
-  const Kernel k = quad     ? (g64 && m0.gs_shift == 6 ? quad_g64 : quad_any)[swiglu ? 0 : 1]
-                  : m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
+  const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
   // Where the next kernel may launch: 0 at the start (its weight copies then overlap this

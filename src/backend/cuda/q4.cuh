@@ -174,57 +174,6 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   return warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
 }
 
-// Four rows against x (dot2_fast's lane layout case: bf16 scales, K a multiple of 2048, groups
-// of 8 to 256 inputs): x's two words per unit are read once for four rows, so a row costs half
-// the shared-memory traffic for x (the rows of the larger products are bound by it). The same
-// chains in the same order per row. A chunk goes in two halves of four units (fewer registers
-// live). Returns row 0's result in lanes 0-7, row 2's in 8-15, row 1's in 16-23, row 3's in
-// 24-31 (warp_butterfly4). Rows by byte offsets into shared memory sm (words wo, scales so,
-// biases bo).
-template <int GSHIFT = -1>
-__device__ __forceinline__ float dot4_fast(const unsigned char* sm, const uint32_t (&wo)[4], const uint32_t (&so)[4],
-                                           const uint32_t (&bo)[4], int U, int G, int gs_shift, const uint4* xa,
-                                           const uint4* xb, const float* xg, int lane) {
-  const int shift = GSHIFT >= 0 ? GSHIFT : gs_shift;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int base = 0; base < U; base += 256) {
-    uint32_t sw[4][4];  // the 8 scales of each row (bf16 pairs)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const uint4 v = reinterpret_cast<const uint4*>(sm + so[r] + 2 * ((base * 8) >> shift))[lane >> (shift - 3)];
-      sw[r][0] = v.x, sw[r][1] = v.y, sw[r][2] = v.z, sw[r][3] = v.w;
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t wv[4][4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const uint4 v = (reinterpret_cast<const uint4*>(sm + wo[r] + 4 * base) + lane)[32 * h];
-        wv[r][0] = v.x, wv[r][1] = v.y, wv[r][2] = v.z, wv[r][3] = v.w;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int i = 4 * h + j;
-        const int u = base + lane + 32 * i;
-        const uint4 x0 = xa[u], x1 = xb[u];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const float f = i & 1 ? bf16_hi(sw[r][i >> 1]) : bf16_lo(sw[r][i >> 1]);
-          acc[r] = fmaf(f, unit_q4(wv[r][j], x0, x1), acc[r]);
-        }
-      }
-    }
-  }
-  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int g = lane; g < G; g += 32) {
-    const float xv = xg[g];
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-      bias[r] = fmaf(__uint_as_float(uint32_t(reinterpret_cast<const unsigned short*>(sm + bo[r])[g]) << 16), xv, bias[r]);
-  }
-  return warp_butterfly4(acc[0] + bias[0], acc[1] + bias[1], acc[2] + bias[2], acc[3] + bias[3], lane);
-}
-
 // x of one lane in registers, for K = 2048 (units lane + 32 i, i < 8) and up to 64 groups: the
 // rows then read only their weights and scales from shared memory (4 + 2 bytes per unit and row
 // instead of 32 + 6 with x there too). Used by the pipelined head (83.6 us in the 2B step's
