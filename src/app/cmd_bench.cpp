@@ -45,8 +45,9 @@ Command add_bench(CLI::App& app) {
             const size_t rss = peak_rss_bytes();
             // Sampled decoding as the generator does it: temperature 0.7, top_p 0.9 (the top 256 logits
             // and the row's weight sum come back; the whole row too when the top_p mass is wider, as
-            // it always is with random weights); with top_k 20 too (only the top 21 logits come back,
-            // op::TopK); temperature 0.7 alone (drawn on the backend, op::SampleDraw: only the id).
+            // it always is with random weights); with top_k 20 too (the top 21 logits, op::TopK, and
+            // the draw from them on the backend, op::TopDraw: only the id comes back); temperature
+            // 0.7 alone (drawn on the backend, op::SampleDraw: only the id).
             const int n_sampled = std::min(*tokens, 200);
             std::pair<int, int> sampled_ctx{0, 0};
             auto time_sampled = [&](int top_k, float top_p) {
@@ -68,12 +69,14 @@ Command add_bench(CLI::App& app) {
               const int first = e->position();
               const auto ts = clk::now();
               for (int i = 0; i < n_sampled && e->position() < e->max_ctx(); ++i) {
-                if (sampler.plain()) {
+                if (sampler.plain() || sampler.top_needed()) {  // as the generator: drawn on the backend
+                  const DrawParams d = sampler.plain() ? DrawParams{sp.temperature, sp.min_p}
+                                                       : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
                   double u = 0;
-                  tok = e->step_draw_ahead(tok, sp.temperature, sp.min_p, [&] { return sampler.take_uniform(); }, &u);
+                  tok = e->step_draw_ahead(tok, d, [&] { return sampler.take_uniform(); }, &u);
                   if (tok < 0) {
                     e->read_logits(&logits);
-                    tok = sampler.sample_declined(logits, u);
+                    tok = d.plain() ? sampler.sample_declined(logits, u) : sampler.sample_with(logits, u);
                   }
                 } else if (const int need = sampler.top_p_needed(); need && need <= c.vocab_size) {
                   double total = 0;
@@ -109,7 +112,7 @@ Command add_bench(CLI::App& app) {
             if (!*no_sampled)
               std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (top 256 logits and the weight sum; "
                         "the whole row when the top_p mass is wider); "
-                        "%.2f tok/s with top_k 20 too (top 21 logits from the backend); %.2f tok/s with T 0.7 alone "
+                        "%.2f tok/s with top_k 20 too (drawn on the backend from the top 21); %.2f tok/s with T 0.7 alone "
                         "(drawn on the backend); context %d..%d\n",
                         n_sampled, tps_row, tps_top, tps_draw, sampled_ctx.first, sampled_ctx.second);
             std::printf("bytes/token  %.1f MB (weights %.1f MB + state and KV cache)\n", bpt / 1e6,

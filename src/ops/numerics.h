@@ -330,6 +330,68 @@ DQ_HD int draw_walk(const double* v, int k, double t, double* base) {
   return last;
 }
 
+// The top-k / top-p choice (the sampler's, src/runtime/sampler.cpp) from op::TopK's k pairs,
+// descending, with the uniform u; -1 when those pairs do not decide it (the caller then draws
+// from the whole row with the same u).
+// - top_k >= 1 (k = top_k + 1 pairs): decided when vals[0] is finite and vals[top_k] > -inf (the
+//   row has more than top_k numbers); the candidates are the first top_k numbers; with top_p < 1
+//   the shortest prefix whose weight reaches top_p times theirs (at least one).
+// - top_k <= 0 (top-p alone, k pairs; `total` = the row's weight sum, op::SampleDraw's Z): the
+//   shortest prefix whose weight reaches top_p * total, decided when it lies within the k pairs
+//   (or the row has fewer than k numbers).
+// Weights draw_weight(v, vals[0], T, 0) as doubles, summed in order; min_p keeps w >= min_p;
+// then t = u * (their sum) and the first candidate (w > 0) at which the running sum exceeds t,
+// else the last one with w > 0.
+DQ_HD int32_t top_draw(const int32_t* ids, const float* vals, int k, int top_k, float T, float top_p, float min_p,
+                       double total, double u) {
+  if (!(vals[0] > -INFINITY && vals[0] < INFINITY)) return -1;
+  const float m = vals[0];
+  auto w = [&](int i) { return double(draw_weight(vals[i], m, T, 0.0f)); };
+  int n = 0;  // candidates: ids[0..n)
+  if (top_k >= 1) {
+    if (k < top_k + 1 || !(vals[top_k] > -INFINITY)) return -1;
+    for (int i = 0; i < top_k; ++i)
+      if (vals[i] > -INFINITY) n = i + 1;  // (the numbers come first)
+    if (top_p < 1.0f) {
+      double z = 0;
+      for (int i = 0; i < n; ++i) z += w(i);
+      const double target = double(top_p) * z;
+      double cum = 0;
+      int keep = 0;
+      while (keep < n && cum < target) cum += w(keep++);
+      n = keep > 1 ? keep : 1;
+    }
+  } else {
+    if (!(total > 0)) return -1;
+    const double target = double(top_p) * total;
+    double cum = 0;
+    for (int i = 0; i < k && cum < target && vals[i] > -INFINITY; ++i) {
+      cum += w(i);
+      n = i + 1;
+    }
+    if (cum < target && vals[k - 1] > -INFINITY) return -1;  // the prefix runs past the k pairs
+  }
+  auto kept = [&](int i) { return !(min_p > 0.0f) || w(i) >= double(min_p); };
+  double sum = 0;
+  int first = -1;
+  for (int i = 0; i < n; ++i)
+    if (kept(i)) {
+      sum += w(i);
+      if (first < 0) first = i;
+    }
+  if (first < 0) return ids[0];
+  const double t = u * sum;
+  double cum = 0;
+  int last = first;
+  for (int i = 0; i < n; ++i) {
+    if (!kept(i) || w(i) <= 0) continue;
+    cum += w(i);
+    last = i;
+    if (t < cum) return ids[i];
+  }
+  return ids[last];
+}
+
 // ---- norms --------------------------------------------------------------------------------------
 
 // out = (x * r) * w with r = rms_inv(sum_squares(x)); w may be null (no weight).

@@ -33,6 +33,7 @@ const char* op_name(const Op& op) {
         else if constexpr (std::is_same_v<T, op::Argmax>) return "argmax";
         else if constexpr (std::is_same_v<T, op::TopK>) return "top_k";
         else if constexpr (std::is_same_v<T, op::SampleDraw>) return "sample_draw";
+        else if constexpr (std::is_same_v<T, op::TopDraw>) return "top_draw";
         else if constexpr (std::is_same_v<T, op::AdvancePos>) return "advance_pos";
         else if constexpr (std::is_same_v<T, op::Zero>) return "zero";
         else if constexpr (std::is_same_v<T, op::Write>) return "write";

@@ -157,6 +157,21 @@ struct SampleDraw {
   Ref total;  // f64 [1], or unset
 };
 
+// The top-k / top-p choice of numerics.h top_draw from op::TopK's k pairs (ids, vals) with the
+// uniform u: out[0] = the id, or -1 when those pairs do not decide it (the caller then samples
+// the whole row with the same u). top_k >= 1: k = top_k + 1 pairs; top_k <= 0 (top-p alone):
+// total = op::SampleDraw's Z. out2, when set, receives the id too (the next input) unless the
+// draw declines.
+struct TopDraw {
+  Ref ids, vals;  // i32 [k], f32 [k]
+  Ref total;      // f64 [1], or unset (top_k >= 1)
+  int k = 0, top_k = 0;
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  double u = 0.0;
+  Ref out;   // i32 [1]
+  Ref out2;  // i32 [1], or unset
+};
+
 // pos[0] += delta (advances the sequence after a step).
 struct AdvancePos {
   Ref pos;
@@ -185,7 +200,7 @@ struct Read {
 }  // namespace op
 
 using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::AttnCore, op::Argmax, op::TopK,
-                        op::SampleDraw, op::AdvancePos, op::Zero, op::Write, op::Read>;
+                        op::SampleDraw, op::TopDraw, op::AdvancePos, op::Zero, op::Write, op::Read>;
 
 const char* op_name(const Op& op);
 

@@ -286,6 +286,26 @@ void run(const op::SampleDraw& o) {
   sample_draw_finish(o, draw_sums(o.x.as<float>(), o.n, o.temperature, o.min_p));
 }
 
+void check_top_draw(const op::TopDraw& o) {
+  DQ_CHECK(o.k >= 1 && o.k <= op::TopK::kMax, "top_draw: k = {} must be in [1, {}]", o.k, op::TopK::kMax);
+  DQ_CHECK(o.top_k <= 0 || o.top_k + 1 <= o.k, "top_draw: top_k = {} needs top_k + 1 pairs, got k = {}", o.top_k, o.k);
+  DQ_CHECK(o.top_k >= 1 || bool(o.total), "top_draw: top-p alone (top_k = {}) needs the row's total", o.top_k);
+  DQ_CHECK(o.temperature > 0.0f && o.temperature < INFINITY, "top_draw: temperature {} must be positive and finite",
+           o.temperature);
+  DQ_CHECK(o.top_p > 0.0f && o.top_p <= 1.0f, "top_draw: top_p {} must be in (0, 1]", o.top_p);
+  DQ_CHECK(o.min_p >= 0.0f && o.min_p <= 1.0f, "top_draw: min_p {} must be in [0, 1]", o.min_p);
+  DQ_CHECK(o.u >= 0.0 && o.u < 1.0, "top_draw: u {} must be in [0, 1)", o.u);
+}
+
+void run(const op::TopDraw& o) {
+  check_top_draw(o);
+  const double total = o.total ? o.total.as<double>()[0] : 0.0;
+  const int32_t id = num::top_draw(o.ids.as<int32_t>(), o.vals.as<float>(), o.k, o.top_k, o.temperature, o.top_p,
+                                   o.min_p, total, o.u);
+  o.out.as<int32_t>()[0] = id;
+  if (o.out2 && id >= 0) o.out2.as<int32_t>()[0] = id;
+}
+
 void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }
 
 void run(const op::Zero& o) { std::memset(o.buf->ptr, 0, o.buf->bytes); }

@@ -26,6 +26,8 @@ void run(const op::TopK& o);
 void check_top_k(const op::TopK& o);  // k in range, else dq::Error
 void run(const op::SampleDraw& o);
 void check_sample_draw(const op::SampleDraw& o);  // n, temperature, min_p and u in range, else dq::Error
+void run(const op::TopDraw& o);
+void check_top_draw(const op::TopDraw& o);  // k, top_k, temperature, top_p, min_p, u and the total's presence, else dq::Error
 // The draw's sums (numerics.h): the row's largest number m (NaN skipped), every chunk's and
 // block's sum and Z; chunks are independent, so a backend may make them in parallel.
 struct DrawSums {

@@ -134,19 +134,42 @@ void Engine::issue_ahead() {
   ahead_draw_ = false;
 }
 
-void Engine::issue_draw_ahead(float temperature, float min_p, double u) {
+void Engine::issue_draw(const DrawParams& d, double u, bool feed) {
+  const int V = config().vocab_size;
+  if (!drawn_) drawn_ = be_->alloc(4, "drawn");
+  // feed: the drawn id becomes the next step's input (act1_.tokens) unless the draw declines;
+  // then the input is the argmax the graph wrote there.
+  const Ref out2 = feed ? Ref{act1_.tokens} : Ref{};
+  if (d.plain()) {
+    q_->go(op::SampleDraw{act1_.logits, V, d.temperature, d.min_p, u, Ref{drawn_}, out2, Ref{}});
+    return;
+  }
+  const int k = d.top_k + 1;  // (top_k >= 1: step_draw checked)
+  if (!top_ids_) {
+    top_ids_ = be_->alloc(op::TopK::kMax * 4, "top_ids");
+    top_vals_ = be_->alloc(op::TopK::kMax * 4, "top_vals");
+  }
+  q_->go(op::TopK{act1_.logits, V, k, Ref{top_ids_}, Ref{top_vals_}});
+  q_->go(op::TopDraw{Ref{top_ids_}, Ref{top_vals_}, Ref{}, k, d.top_k, d.temperature, d.top_p, d.min_p, u, Ref{drawn_},
+                     out2});
+}
+
+void Engine::check_draw(const DrawParams& d) const {
+  if (!d.plain() && (d.top_k < 1 || d.top_k + 1 > std::min(op::TopK::kMax, config().vocab_size)))
+    fail("a draw on the backend takes top_k in [1, {}] (or none, with top_p 1); got top_k = {}, top_p = {}",
+         std::min(op::TopK::kMax, config().vocab_size) - 1, d.top_k, d.top_p);
+}
+
+void Engine::issue_draw_ahead(const DrawParams& d, double u) {
   q_->replay(*step_graph_);
   logits_in_chunk_ = false;
   ahead_slot_ ^= 1;
-  // The drawn id becomes the next step's input (act1_.tokens) unless the draw declines; then
-  // the input is the argmax the graph wrote there.
-  q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, act1_.tokens, Ref{}});
+  issue_draw(d, u, true);
   q_->go(op::Read{drawn_, 0, 4, &ahead_next_[ahead_slot_]});
   ahead_mark_ = q_->mark();
   ahead_ = fed_ahead_ = true;
   ahead_draw_ = true;
-  ahead_T_ = temperature;
-  ahead_min_p_ = min_p;
+  ahead_params_ = d;
   ahead_u_[ahead_slot_] = u;
 }
 
@@ -289,10 +312,14 @@ void Engine::step_top(int32_t token, int n, std::vector<int32_t>* ids, std::vect
 }
 
 int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double u) {
-  if (!drawn_) drawn_ = be_->alloc(4, "drawn");
+  return step_draw(token, DrawParams{temperature, min_p}, u);
+}
+
+int32_t Engine::step_draw(int32_t token, const DrawParams& d, double u) {
+  check_draw(d);
   int32_t next = 0, id = -1;
   const bool fresh = issue_step(token, &next);
-  q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, u, Ref{drawn_}, Ref{}, Ref{}});
+  issue_draw(d, u, false);
   q_->go(op::Read{drawn_, 0, 4, &id});
   finish_step(fresh, token);
   last_next_ = next;
@@ -301,6 +328,11 @@ int32_t Engine::step_draw(int32_t token, float temperature, float min_p, double 
 
 int32_t Engine::step_draw_ahead(int32_t token, float temperature, float min_p, const std::function<double()>& next_u,
                                 double* u) {
+  return step_draw_ahead(token, DrawParams{temperature, min_p}, next_u, u);
+}
+
+int32_t Engine::step_draw_ahead(int32_t token, const DrawParams& d, const std::function<double()>& next_u, double* u) {
+  check_draw(d);
   auto take_u = [&] {
     if (!spare_u_) return next_u();
     const double v = *spare_u_;
@@ -310,11 +342,10 @@ int32_t Engine::step_draw_ahead(int32_t token, float temperature, float min_p, c
   if (!step_graph_ || !q_->overlaps()) {
     const double v = take_u();
     if (u) *u = v;
-    return step_draw(token, temperature, min_p, v);
+    return step_draw(token, d, v);
   }
-  if (!drawn_) drawn_ = be_->alloc(4, "drawn");
   // Is a draw step of these parameters feeding `token` issued (in flight, or settled)?
-  const bool pipelined = fed_ahead_ && ahead_draw_ && ahead_T_ == temperature && ahead_min_p_ == min_p &&
+  const bool pipelined = fed_ahead_ && ahead_draw_ && ahead_params_ == d &&
                          (ahead_ ? last_next_ : history_.back()) == token;
   if (!pipelined) {
     const std::optional<double> keep = spare_u_;
@@ -324,7 +355,7 @@ int32_t Engine::step_draw_ahead(int32_t token, float temperature, float min_p, c
       const double v = take_u();
       if (u) *u = v;
       int32_t id = -1;
-      q_->go(op::SampleDraw{act1_.logits, config().vocab_size, temperature, min_p, v, Ref{drawn_}, Ref{}, Ref{}});
+      issue_draw(d, v, false);
       q_->go(op::Read{drawn_, 0, 4, &id});
       q_->wait();
       last_next_ = id;
@@ -337,13 +368,13 @@ int32_t Engine::step_draw_ahead(int32_t token, float temperature, float min_p, c
     check_ids(one);
     write_tokens(act1_, one);
     last_next_ = token;  // the step issued now feeds it, as a step issued ahead would
-    issue_draw_ahead(temperature, min_p, take_u());
+    issue_draw_ahead(d, take_u());
   }
   if (!ahead_) {  // issued, and another call settled it: its draw is last_next_
     fed_ahead_ = false;
     if (u) *u = ahead_u_[ahead_slot_];
     if (last_next_ < 0) return -1;  // declined (the state holds token; nothing was issued after it)
-    if (pos_ + 1 <= max_ctx()) issue_draw_ahead(temperature, min_p, take_u());
+    if (pos_ + 1 <= max_ctx()) issue_draw_ahead(d, take_u());
     return last_next_;
   }
   // The step feeding `token` is in flight: the one after it goes in now, fed from the device,
@@ -352,7 +383,7 @@ int32_t Engine::step_draw_ahead(int32_t token, float temperature, float min_p, c
   const int slot = ahead_slot_;
   ahead_ = fed_ahead_ = false;
   const bool more = pos_ + 2 <= max_ctx();
-  if (more) issue_draw_ahead(temperature, min_p, take_u());
+  if (more) issue_draw_ahead(d, take_u());
   take_step_ahead(m, slot);
   if (u) *u = ahead_u_[slot];
   if (last_next_ < 0 && more) {

@@ -28,6 +28,16 @@ struct EngineOptions {
 std::unique_ptr<Backend> make_backend(const EngineOptions& opt);
 bool cuda_available(std::string* why = nullptr);
 
+// A draw the engine makes on the backend: temperature and min-p over the whole row
+// (op::SampleDraw), or with top_k >= 1 (and top_p) from op::TopK's pairs (op::TopDraw).
+struct DrawParams {
+  float temperature = 1.0f, min_p = 0.0f;
+  int top_k = 0;       // 0: none
+  float top_p = 1.0f;  // 1: none
+  bool plain() const { return top_k <= 0 && !(top_p < 1.0f); }
+  bool operator==(const DrawParams&) const = default;
+};
+
 class Engine {
  public:
   static std::unique_ptr<Engine> open(const std::string& dir, const EngineOptions& opt = {});
@@ -75,6 +85,9 @@ class Engine {
   // One decode step that draws the next token on the backend (op::SampleDraw: plain temperature
   // sampling with the uniform u); only the id comes back, or -1 when the draw declines.
   int32_t step_draw(int32_t token, float temperature, float min_p, double u);
+  // The same with top_k (>= 1, then op::TopK's top_k + 1 pairs and op::TopDraw: the id, or -1
+  // when they do not decide it) and top_p.
+  int32_t step_draw(int32_t token, const DrawParams& d, double u);
   // step_draw pipelined as step_greedy is: the draw also writes its id as the next step's input
   // on the device, and on a queue that overlaps (CUDA) the step feeding the returned id is
   // issued, with its own draw, before this returns. A later call with that id takes that step;
@@ -84,6 +97,7 @@ class Engine {
   // declines (the state then holds `token` and read_logits() gives its row).
   int32_t step_draw_ahead(int32_t token, float temperature, float min_p, const std::function<double()>& next_u,
                           double* u);
+  int32_t step_draw_ahead(int32_t token, const DrawParams& d, const std::function<double()>& next_u, double* u);
   // The whole logits row of the last step (after step_top, when its values did not decide).
   void read_logits(std::vector<float>* logits);
   // Residual stream of a fresh prefill of ids: [0] embeddings, [i] after layer i-1 ([L+1][n][H]).
@@ -108,7 +122,10 @@ class Engine {
   void issue_ahead();
   // The same for a draw: the step fed from the device, its draw (op::SampleDraw writing the
   // next input) with uniform u, and the read of the drawn id.
-  void issue_draw_ahead(float temperature, float min_p, double u);
+  void issue_draw_ahead(const DrawParams& d, double u);
+  // The draw's ops on the step's logits into drawn_ (feed: also as the next step's input).
+  void issue_draw(const DrawParams& d, double u, bool feed);
+  void check_draw(const DrawParams& d) const;
   // After settle(): the state without the token fed ahead (a prefill of the history).
   void drop_ahead();
   // The end of a step issued by issue_step: accounts it when it was new, else just waits.
@@ -141,7 +158,7 @@ class Engine {
   int32_t ahead_next_[2] = {0, 0};
   // The same for step_draw_ahead: the steps issued ahead draw (ahead_next_ gets the drawn id).
   bool ahead_draw_ = false;
-  float ahead_T_ = 0, ahead_min_p_ = 0;
+  DrawParams ahead_params_;
   double ahead_u_[2] = {0, 0};       // each slot's uniform
   std::optional<double> spare_u_;    // the uniform of a draw taken back, for the next one
 };

@@ -165,13 +165,15 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     }
     if (greedy) {
       tok = engine_.step_greedy();
-    } else if (seq.plain()) {  // the engine draws: only the id comes back
+    } else if (seq.plain() || seq.top_needed()) {  // the engine draws: only the id comes back
+      const SamplingParams& sp = seq.sampling();
+      const DrawParams d = seq.plain() ? DrawParams{sp.temperature, sp.min_p}
+                                       : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
       double u = 0;
-      tok = engine_.step_draw_ahead(tok, seq.sampling().temperature, seq.sampling().min_p,
-                                    [&] { return seq.take_uniform(); }, &u);
-      if (tok < 0) {
+      tok = engine_.step_draw_ahead(tok, d, [&] { return seq.take_uniform(); }, &u);
+      if (tok < 0) {  // declined: the row decides, with the draw's uniform
         engine_.read_logits(&logits);
-        tok = seq.choose_declined(logits, u);
+        tok = d.plain() ? seq.choose_declined(logits, u) : seq.choose_with(logits, u);
       }
     } else if (const int need = seq.top_p_needed(); need && need <= engine_.config().vocab_size) {
       // the top logits and the row's weight sum

@@ -92,6 +92,8 @@ class Sequence {
   const SamplingParams& sampling() const { return sampler_.params(); }
   double take_uniform() { return sampler_.take_uniform(); }
   int32_t choose_declined(std::span<const float> logits, double u) { return sampler_.sample_declined(logits, u); }
+  // The choice from the row with the uniform u (after the engine's top-k draw declined).
+  int32_t choose_with(std::span<const float> logits, double u) { return sampler_.sample_with(logits, u); }
   // Takes the next token (chosen, or the engine's argmax). Returns true when the sequence is done.
   bool accept(int32_t token);
   // Ends the sequence now: "length" (out of context) or "cancelled".

@@ -89,6 +89,20 @@ void Sampler::apply_penalties(std::span<const int32_t> history, size_t prompt_le
   }
 }
 
+int32_t Sampler::sample_with(std::span<const float> logits, double u) {
+  given_u_ = u;
+  const int32_t id = sample(logits, {}, 0);
+  given_u_.reset();
+  return id;
+}
+
+double Sampler::uniform() {
+  if (!given_u_) return rng_.uniform();
+  const double u = *given_u_;
+  given_u_.reset();
+  return u;
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_len) {
   if (logits.empty()) return 0;
   std::span<const float> x = logits;
@@ -99,7 +113,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   if (p_.greedy()) return argmax(x);
   if (plain()) {
-    const double u = rng_.uniform();
+    const double u = uniform();
     const int32_t id = ref::draw_plain(x.data(), int(x.size()), p_.temperature, p_.min_p, u);
     return id >= 0 ? id : sample_declined(x, u);
   }
@@ -115,7 +129,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (m == INFINITY) {
     for (int32_t i = 0; i < V; ++i)
       if (x[i] == INFINITY) cand_.push_back(i);
-    return cand_[size_t(rng_.uniform() * double(cand_.size()))];
+    return cand_[size_t(uniform() * double(cand_.size()))];
   }
   for (int32_t i = 0; i < V; ++i)
     if (x[i] > -INFINITY) cand_.push_back(i);  // NaN compares false
@@ -173,24 +187,21 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 
 std::optional<int32_t> Sampler::sample_top_p(std::span<const int32_t> ids, std::span<const float> vals, double total) {
   const int k = top_p_needed();
-  if (k == 0 || ids.size() < size_t(k) || vals.size() < size_t(k) || !std::isfinite(vals[0]) || !(total > 0)) return std::nullopt;
+  if (k == 0 || ids.size() < size_t(k) || vals.size() < size_t(k)) return std::nullopt;
   // sample() sorts a prefix of the row (descending, ties by the lower id: op::TopK's order) until
   // it holds top_p * total; decided here when that prefix lies within the top k, or when the row
   // has fewer than k numbers (vals[k - 1] is not one), so that the prefix is all of them.
-  const float m = vals[0], T = p_.temperature;
-  const double target = double(p_.top_p) * total;
-  cand_.clear();
-  w_.clear();
-  double cum = 0;
-  for (int i = 0; i < k && cum < target && vals[size_t(i)] > -INFINITY; ++i) {
-    cand_.push_back(ids[size_t(i)]);
-    w_.push_back(double(num::draw_weight(vals[size_t(i)], m, T, 0.0f)));
-    cum += w_.back();
-  }
-  if (cum < target && vals[size_t(k - 1)] > -INFINITY) return std::nullopt;  // the prefix runs past the top k
-  cut_min_p();
-  if (cand_.empty()) return ids[0];
-  return draw();
+  return top_choice(ids, vals, k, total);
+}
+
+std::optional<int32_t> Sampler::top_choice(std::span<const int32_t> ids, std::span<const float> vals, int k,
+                                           double total) {
+  Rng r = rng_;  // the draw's uniform is taken only when these numbers decide it
+  const int32_t id = num::top_draw(ids.data(), vals.data(), k, p_.top_k, p_.temperature, p_.top_p, p_.min_p, total,
+                                   r.uniform());
+  if (id < 0) return std::nullopt;
+  rng_ = r;
+  return id;
 }
 
 int32_t Sampler::sample_declined(std::span<const float> x, double u) {
@@ -217,7 +228,7 @@ void Sampler::cut_min_p() {
 int32_t Sampler::draw() {
   double total = 0;
   for (double w : w_) total += w;
-  const double u = rng_.uniform() * total;
+  const double u = uniform() * total;
   double cum = 0;
   size_t last = 0;
   for (size_t i = 0; i < cand_.size(); ++i) {
@@ -230,33 +241,12 @@ int32_t Sampler::draw() {
 }
 
 std::optional<int32_t> Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> vals) {
-  const int need = top_needed(), k = need - 1;
+  const int need = top_needed();
   if (need == 0 || ids.size() < size_t(need) || vals.size() < size_t(need)) return std::nullopt;
   // vals[0] is the largest number of the row (NaN and -inf rank below every number) and must be
-  // finite; vals[k] > -inf shows the row has more than top_k numbers, so sample() truncates and
-  // sorts: its candidates are the first k here, in the same order, with the same weights.
-  if (!std::isfinite(vals[0]) || !(vals[size_t(k)] > -INFINITY)) return std::nullopt;
-  const float m = vals[0], T = p_.temperature;
-  cand_.clear();
-  w_.clear();
-  for (int i = 0; i < k; ++i)
-    if (vals[size_t(i)] > -INFINITY) {
-      cand_.push_back(ids[size_t(i)]);
-      w_.push_back(double(num::draw_weight(vals[size_t(i)], m, T, 0.0f)));
-    }
-  if (p_.top_p < 1) {
-    double z = 0;
-    for (double w : w_) z += w;
-    const double target = double(p_.top_p) * z;
-    double cum = 0;
-    size_t keep = 0;
-    while (keep < cand_.size() && cum < target) cum += w_[keep++];
-    cand_.resize(std::max<size_t>(keep, 1));
-    w_.resize(cand_.size());
-  }
-  cut_min_p();
-  if (cand_.empty()) return ids[0];  // the row's argmax
-  return draw();
+  // finite; vals[top_k] > -inf shows the row has more than top_k numbers, so sample() truncates and
+  // sorts: its candidates are the first top_k here, in the same order, with the same weights.
+  return top_choice(ids, vals, need, 0.0);
 }
 
 }  // namespace dq

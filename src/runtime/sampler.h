@@ -96,17 +96,24 @@ class Sampler {
   bool plain() const { return !p_.greedy() && !p_.has_penalties() && p_.top_k <= 0 && !(p_.top_p < 1); }
   double take_uniform() { return rng_.uniform(); }
   int32_t sample_declined(std::span<const float> logits, double u);
+  // sample() (no penalties apply: the engine-drawn modes) with u as its one uniform: the top-k /
+  // top-p choice from the whole row when the engine's draw from the top pairs declined.
+  int32_t sample_with(std::span<const float> logits, double u);
 
   // The argmax as the greedy path defines it (lowest index on ties, NaN never wins; 0 if all NaN).
   static int32_t argmax(std::span<const float> logits);
 
  private:
   void apply_penalties(std::span<const int32_t> history, size_t prompt_len);
+  // num::top_draw over the first k pairs with the next uniform, taken only when they decide it.
+  std::optional<int32_t> top_choice(std::span<const int32_t> ids, std::span<const float> vals, int k, double total);
+  double uniform();  // the given uniform once (sample_with), else the generator's next
   void cut_min_p();  // keeps candidates with w >= min_p (w of the top one is 1)
   int32_t draw();    // one draw from cand_ in proportion to w_
 
   SamplingParams p_;
   Rng rng_;
+  std::optional<double> given_u_;
   std::vector<float> work_;      // [vocab] penalized logits
   std::vector<int32_t> counts_;  // [vocab] occurrences in the generated tokens (zeroed after use)
   std::vector<int32_t> cand_;    // candidate ids

@@ -276,6 +276,20 @@ TEST(CudaModel, DeviceDrawEqualsTheCpu) {
     ASSERT_EQ(a, b) << "step " << i;
     ASSERT_EQ(b, ref::draw_plain(logits.data(), V, T, min_p, u)) << "step " << i;
   }
+  // Top-k (and top-p, min-p) drawn on the device from op::TopK's pairs (op::TopDraw): the CPU's
+  // ids, and the host sampler's from the whole row with the same uniform.
+  for (int i = 0; i < 24; ++i) {
+    const double u = rng.uniform();
+    DrawParams d{i % 2 ? 0.8f : 1.3f, i % 3 ? 0.0f : 0.05f, i % 4 < 2 ? 20 : 5, i % 5 < 3 ? 0.9f : 1.0f};
+    const int32_t prev = a;
+    a = cpu->step_draw(prev, d, u);
+    b = gpu->step_draw(prev, d, u);
+    gpu->read_logits(&logits);
+    ASSERT_EQ(a, b) << "top draw " << i;
+    SamplingParams sp;
+    sp.temperature = d.temperature, sp.min_p = d.min_p, sp.top_k = d.top_k, sp.top_p = d.top_p;
+    ASSERT_EQ(b, Sampler(sp).sample_with(logits, u)) << "top draw " << i;
+  }
   // Top-p's inputs: the top 256 logits and the row's weight sum, the same bytes on both.
   std::vector<int32_t> ia, ib;
   std::vector<float> va, vb;
@@ -391,10 +405,21 @@ TEST(CudaModel, PipelinedDrawDecodeEqualsTheCpu) {
     b = gpu->step(other, &lb);
     ASSERT_EQ(a, b);
     ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after the rebuild";
+    // Top-k draws (op::TopDraw) pipelined the same way, the parameters changing between them.
+    for (int i = 0; i < 9; ++i) {
+      const DrawParams d = i % 3 == 2 ? DrawParams{0.9f, 0.0f} : DrawParams{0.9f, i % 2 ? 0.05f : 0.0f, 20, 0.9f};
+      const double ua = uni(ra);
+      double ub = -1;
+      a = cpu->step_draw(a, d, ua);
+      b = gpu->step_draw_ahead(b, d, next_b, &ub);
+      ASSERT_EQ(a, b) << dir << " top draw " << i;
+      ASSERT_EQ(ua, ub) << dir << " top draw " << i;
+    }
     double ua = 0, ub = -1;
-    lockstep::to_context_end([&] { return a = cpu->step_draw(a, 0.7f, 0.0f, ua = uni(ra)); },
-                             [&] { return b = gpu->step_draw_ahead(b, 0.7f, 0.0f, next_b, &ub); }, dir + " draw",
-                             [&](int i) { ASSERT_EQ(ua, ub) << dir << " draw " << i; });
+    const DrawParams top{0.7f, 0.0f, 20, 0.9f};
+    lockstep::to_context_end([&] { return a = cpu->step_draw(a, top, ua = uni(ra)); },
+                             [&] { return b = gpu->step_draw_ahead(b, top, next_b, &ub); }, dir + " top draw",
+                             [&](int i) { ASSERT_EQ(ua, ub) << dir << " top draw " << i; });
     EXPECT_EQ(cpu->position(), small.max_ctx);
     EXPECT_EQ(gpu->position(), small.max_ctx);
     gpu->sync();

@@ -402,6 +402,18 @@ TEST(Generator, PipelinedDrawEqualsThePlainDraw) {
       ASSERT_EQ(ua, ub) << "draw " << i;
       ASSERT_GE(ta, 0);
     }
+  // Top-k draws (op::TopDraw from op::TopK's pairs) pipelined the same way, the parameters
+  // changing between draws (a draw of other parameters issued ahead is taken back).
+  for (int i = 0; i < 9; ++i) {
+    const dq::DrawParams d = i % 3 == 2 ? dq::DrawParams{0.9f, 0.0f} : dq::DrawParams{0.9f, i % 2 ? 0.05f : 0.0f, 20, 0.9f};
+    const double ua = uni(ra);
+    double ub = -1;
+    ta = a->step_draw(ta, d, ua);
+    tb = b->step_draw_ahead(tb, d, next_b, &ub);
+    ASSERT_EQ(ta, tb) << "top draw " << i;
+    ASSERT_EQ(ua, ub) << "top draw " << i;
+    ASSERT_GE(ta, 0);
+  }
   // Another token than the one drawn (fed ahead on b): the state without it, the same logits.
   std::vector<float> la, lb;
   const int32_t other = (ta + 1) % V;
@@ -481,7 +493,7 @@ TEST(Generator, ReadLogitsAfterAFeedIsThePromptsLastRow) {
 // step_draw with the same fallback.
 TEST(Generator, PipelinedDrawDeclinesAsThePlainDraw) {
   const std::string model = overflowing_model({3, 100, 257, 400, 511, 640, 777, 901, 1000, 1023});
-  auto [a, b] = plain_and_overlapping(model, 40);
+  auto [a, b] = plain_and_overlapping(model, 80);
   dq::SamplingParams sp;
   sp.temperature = 0.8f;
   dq::Sampler fallback(sp);
@@ -515,6 +527,34 @@ TEST(Generator, PipelinedDrawDeclinesAsThePlainDraw) {
   }
   EXPECT_GT(declined, 3) << "the overflowing rows should make draws decline";
   EXPECT_GT(drawn, 3);
+  // The same with top-k draws (op::TopDraw declines when the top value is +inf): the fallback is
+  // the sampler's choice from the row with the draw's uniform.
+  sp.top_k = 20, sp.top_p = 0.9f;
+  dq::Sampler top_fallback(sp);
+  const dq::DrawParams top{sp.temperature, 0.0f, 20, 0.9f};
+  int top_declined = 0, top_drawn = 0;
+  for (int i = 0; i < 30; ++i) {
+    const double ua = uni(ra);
+    double ub = -1;
+    const int32_t da = a->step_draw(ta, top, ua);
+    const int32_t db = b->step_draw_ahead(tb, top, [&] { return uni(rb); }, &ub);
+    ASSERT_EQ(da, db) << "top step " << i;
+    ASSERT_EQ(ua, ub) << "top step " << i;
+    if (da < 0) {
+      ++top_declined;
+      a->read_logits(&la);
+      b->read_logits(&lb);
+      ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "top step " << i;
+      ta = top_fallback.sample_with(la, ua);
+      tb = top_fallback.sample_with(lb, ub);
+    } else {
+      ++top_drawn;
+      ta = da, tb = db;
+    }
+    ASSERT_EQ(ta, tb);
+  }
+  EXPECT_GT(top_declined, 3);
+  EXPECT_GT(top_drawn, 3);
   // The last token fed on both (b may hold it fed ahead already): the same logits and history.
   a->step(ta, &la);
   b->step(tb, &lb);

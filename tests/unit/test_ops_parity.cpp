@@ -140,6 +140,53 @@ TEST(OpsParity, SampleDrawRejectsBadParameters) {
     }
   }
 }
+// op::TopDraw: the id from op::TopK's pairs, -1 (and the next input left as it was) when they do
+// not decide it: a top value of +inf, or no number past the top_k (the row has at most top_k).
+TEST(OpsParity, TopDrawDecidesOnlyFromEnoughPairs) {
+  for (CpuKernels k : {CpuKernels::Reference, CpuKernels::Auto}) {
+    std::shared_ptr<Backend> be = make_cpu_backend(k, 2);
+    auto q = be->make_queue();
+    const int32_t ids[4] = {4, 1, 7, 2}, seven = 7;
+    const float fine[4] = {3.0f, 2.0f, 1.0f, 0.5f}, inf[4] = {INFINITY, 2.0f, 1.0f, 0.5f},
+                short_row[4] = {3.0f, 2.0f, -INFINITY, NAN};
+    for (const float* row : {fine, inf, short_row}) {
+      Ref ir{be->upload(ids, 16, "ids")}, vr{be->upload(row, 16, "vals")};
+      Ref out{be->upload(&seven, 4, "out")}, next{be->upload(&seven, 4, "next")};
+      q->go(op::TopDraw{ir, vr, Ref{}, 4, 3, 1.0f, 1.0f, 0.0f, 0.999, out, next});
+      q->wait();
+      if (row == fine) {
+        EXPECT_EQ(out.as<int32_t>()[0], 7);  // u near 1: the last of the top 3
+        EXPECT_EQ(next.as<int32_t>()[0], 7);
+      } else {
+        EXPECT_EQ(out.as<int32_t>()[0], -1);
+        EXPECT_EQ(next.as<int32_t>()[0], 7);
+      }
+    }
+  }
+}
+TEST(OpsParity, TopDrawRejectsBadParameters) {
+  Rig rig;
+  const int32_t ids[4] = {0, 1, 2, 3};
+  const float vals[4] = {3.0f, 2.0f, 1.0f, 0.5f};
+  Ref ir{rig.ref->upload(ids, 16, "ids")}, vr{rig.ref->upload(vals, 16, "vals")}, out = rig.zeros(4);
+  struct Bad {
+    int k, top_k;
+    float T, top_p, min_p;
+    double u;
+    const char* what;
+  };
+  for (Bad b : {Bad{0, 0, 1, 1, 0, 0.5, "k = 0"}, Bad{300, 3, 1, 1, 0, 0.5, "k = 300"}, Bad{4, 4, 1, 1, 0, 0.5, "top_k = 4"},
+                Bad{4, 0, 1, 0.5f, 0, 0.5, "total"}, Bad{4, 3, 0, 1, 0, 0.5, "temperature"},
+                Bad{4, 3, 1, 0, 0, 0.5, "top_p"}, Bad{4, 3, 1, 1, 2, 0.5, "min_p"}, Bad{4, 3, 1, 1, 0, 1.0, "u 1"}}) {
+    rig.ref_q->go(op::TopDraw{ir, vr, Ref{}, b.k, b.top_k, b.T, b.top_p, b.min_p, b.u, out, Ref{}});
+    try {
+      rig.ref_q->wait();
+      ADD_FAILURE() << b.what << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(b.what), std::string::npos) << e.what();
+    }
+  }
+}
 TEST(OpsParity, TopKRejectsAnOutOfRangeK) {
   Rig rig;
   std::vector<float> x(300, 1.0f);

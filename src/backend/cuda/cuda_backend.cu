@@ -412,6 +412,12 @@ class CudaQueue : public Queue {
                        o.out2 ? o.out2.as<int32_t>() : nullptr, o.total ? o.total.as<double>() : nullptr, draw_scratch_,
                        num_sms_, stream_);
   }
+  void launch_one(const op::TopDraw& o) {
+    ref::check_top_draw(o);
+    launch_top_draw(o.ids.as<int32_t>(), o.vals.as<float>(), o.k, o.top_k, o.temperature, o.top_p, o.min_p,
+                    o.total ? o.total.as<double>() : nullptr, o.u, o.out.as<int32_t>(),
+                    o.out2 ? o.out2.as<int32_t>() : nullptr, stream_);
+  }
   void launch_one(const op::AdvancePos& o) {
     early_states_.insert(o.pos.as<int32_t>());  // no early position reads after this in the stage
     launch_advance_pos(o.pos.as<int32_t>(), o.delta, stream_);

@@ -104,5 +104,8 @@ void launch_top_k(const float* x, int n, int k, int32_t* ids, float* vals, unsig
 size_t sample_draw_scratch_bytes(int n, int num_sms);
 void launch_sample_draw(const float* x, int n, float T, float min_p, double u, int32_t* out, int32_t* out2,
                         double* total, void* scratch, int num_sms, cudaStream_t s);
+// op::TopDraw (sample.cu).
+void launch_top_draw(const int32_t* ids, const float* vals, int k, int top_k, float T, float top_p, float min_p,
+                     const double* total, double u, int32_t* out, int32_t* out2, cudaStream_t s);
 
 }  // namespace dq::cuda

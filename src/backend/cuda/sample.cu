@@ -120,7 +120,23 @@ __global__ void __launch_bounds__(kWalkThreads) draw_kernel(const float* x, int 
   if (out2 && id >= 0) out2[0] = id;  // a decline leaves the next input as it was
 }
 
+// op::TopDraw: numerics.h top_draw in one thread (at most 256 pairs, the reference's doubles in
+// the reference's order).
+__global__ void top_draw_kernel(const int32_t* ids, const float* vals, int k, int top_k, float T, float top_p,
+                                float min_p, const double* total, double u, int32_t* out, int32_t* out2) {
+  pdl_trigger();
+  pdl_wait();
+  const int32_t id = num::top_draw(ids, vals, k, top_k, T, top_p, min_p, total ? total[0] : 0.0, u);
+  out[0] = id;
+  if (out2 && id >= 0) out2[0] = id;  // a decline leaves the next input as it was
+}
+
 }  // namespace
+
+void launch_top_draw(const int32_t* ids, const float* vals, int k, int top_k, float T, float top_p, float min_p,
+                     const double* total, double u, int32_t* out, int32_t* out2, cudaStream_t s) {
+  launch_kernel(top_draw_kernel, 1, 32, 0, s, ids, vals, k, top_k, T, top_p, min_p, total, u, out, out2);
+}
 
 size_t sample_draw_scratch_bytes(int n, int num_sms) {
   const int nblocks = (n + num::kDrawChunk * num::kDrawChunks - 1) / (num::kDrawChunk * num::kDrawChunks);
