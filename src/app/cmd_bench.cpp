@@ -43,11 +43,10 @@ Command add_bench(CLI::App& app) {
             const int end_pos = e->position();
             e->sync();  // the step issued ahead of the last result (not counted)
             const size_t rss = peak_rss_bytes();
-            // Sampled decoding as the generator does it: temperature 0.7, top_p 0.9 (the draw on the
-            // backend from the top 256 logits and the row's weight sum, op::TopDraw, declining when
-            // the top_p mass is wider, as it always is with random weights: then the whole row comes
-            // back); with top_k 20 too (the top 21 logits, op::TopK, and the draw from them on the
-            // backend, pipelined: only the id comes back); temperature
+            // Sampled decoding as the generator does it: temperature 0.7, top_p 0.9 (the top 256 logits
+            // and the row's weight sum come back; the whole row too when the top_p mass is wider, as
+            // it always is with random weights); with top_k 20 too (the top 21 logits, op::TopK, and
+            // the draw from them on the backend, op::TopDraw: only the id comes back); temperature
             // 0.7 alone (drawn on the backend, op::SampleDraw: only the id).
             const int n_sampled = std::min(*tokens, 200);
             std::pair<int, int> sampled_ctx{0, 0};
@@ -59,6 +58,8 @@ Command add_bench(CLI::App& app) {
               sp.seed = 1;
               Sampler sampler(sp);
               std::vector<float> logits;
+              std::vector<int32_t> top_ids;
+              std::vector<float> top_vals;
               int32_t tok = 1;
               // From the prompt again, so that every sampled run decodes at the contexts of the
               // greedy one (attention's cost grows with the context; after 500 greedy tokens
@@ -68,16 +69,26 @@ Command add_bench(CLI::App& app) {
               const int first = e->position();
               const auto ts = clk::now();
               for (int i = 0; i < n_sampled && e->position() < e->max_ctx(); ++i) {
-                if (sampler.plain() || sampler.top_needed() ||
-                    (sampler.top_p_needed() && sampler.top_p_needed() <= c.vocab_size)) {  // as the generator
+                if (sampler.plain() || sampler.top_needed()) {  // as the generator: drawn on the backend
                   const DrawParams d = sampler.plain() ? DrawParams{sp.temperature, sp.min_p}
-                                                       : DrawParams{sp.temperature, sp.min_p, std::max(sp.top_k, 0), sp.top_p};
+                                                       : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
                   double u = 0;
                   tok = e->step_draw_ahead(tok, d, [&] { return sampler.take_uniform(); }, &u);
                   if (tok < 0) {
                     e->read_logits(&logits);
                     tok = d.plain() ? sampler.sample_declined(logits, u) : sampler.sample_with(logits, u);
                   }
+                } else if (const int need = sampler.top_p_needed(); need && need <= c.vocab_size) {
+                  double total = 0;
+                  e->step_top(tok, need, &top_ids, &top_vals, &total, sp.temperature);
+                  auto t = sampler.sample_top_p(top_ids, top_vals, total);
+                  if (!t) e->read_logits(&logits);
+                  tok = t ? *t : sampler.sample(logits, {}, 0);
+                } else if (const int need = sampler.top_needed()) {
+                  e->step_top(tok, need, &top_ids, &top_vals);
+                  auto t = sampler.sample_top(top_ids, top_vals);
+                  if (!t) e->read_logits(&logits);
+                  tok = t ? *t : sampler.sample(logits, {}, 0);
                 } else {
                   e->step(tok, &logits);
                   tok = sampler.sample(logits, {}, 0);
@@ -99,7 +110,7 @@ Command add_bench(CLI::App& app) {
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, end_pos);
             if (!*no_sampled)
-              std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (drawn on the backend from the top 256; "
+              std::printf("sampled      %d tokens each: %.2f tok/s with T 0.7, top_p 0.9 (top 256 logits and the weight sum; "
                         "the whole row when the top_p mass is wider); "
                         "%.2f tok/s with top_k 20 too (drawn on the backend from the top 21); %.2f tok/s with T 0.7 alone "
                         "(drawn on the backend); context %d..%d\n",

@@ -144,30 +144,20 @@ void Engine::issue_draw(const DrawParams& d, double u, bool feed) {
     q_->go(op::SampleDraw{act1_.logits, V, d.temperature, d.min_p, u, Ref{drawn_}, out2, Ref{}});
     return;
   }
-  // top_k >= 1: its top_k + 1 pairs; top-p alone: the top 256 and the row's weight sum.
-  const int k = d.top_k >= 1 ? d.top_k + 1 : op::TopK::kMax;
+  const int k = d.top_k + 1;  // (top_k >= 1: step_draw checked)
   if (!top_ids_) {
     top_ids_ = be_->alloc(op::TopK::kMax * 4, "top_ids");
     top_vals_ = be_->alloc(op::TopK::kMax * 4, "top_vals");
   }
   q_->go(op::TopK{act1_.logits, V, k, Ref{top_ids_}, Ref{top_vals_}});
-  Ref total;
-  if (d.top_k < 1) {
-    if (!total_) total_ = be_->alloc(8, "draw_total");
-    total = Ref{total_};
-    q_->go(op::SampleDraw{act1_.logits, V, d.temperature, 0.0f, 0.0, Ref{}, Ref{}, total});
-  }
-  q_->go(op::TopDraw{Ref{top_ids_}, Ref{top_vals_}, total, k, d.top_k, d.temperature, d.top_p, d.min_p, u, Ref{drawn_},
+  q_->go(op::TopDraw{Ref{top_ids_}, Ref{top_vals_}, Ref{}, k, d.top_k, d.temperature, d.top_p, d.min_p, u, Ref{drawn_},
                      out2});
 }
 
 void Engine::check_draw(const DrawParams& d) const {
-  const int V = config().vocab_size;
-  if (d.plain()) return;
-  if (d.top_k >= 1 && d.top_k + 1 > std::min(op::TopK::kMax, V))
-    fail("a draw on the backend takes top_k in [1, {}]; got top_k = {}", std::min(op::TopK::kMax, V) - 1, d.top_k);
-  if (d.top_k < 1 && V < op::TopK::kMax)
-    fail("a top-p draw on the backend needs a vocabulary of at least {} ids; this one has {}", op::TopK::kMax, V);
+  if (!d.plain() && (d.top_k < 1 || d.top_k + 1 > std::min(op::TopK::kMax, config().vocab_size)))
+    fail("a draw on the backend takes top_k in [1, {}] (or none, with top_p 1); got top_k = {}, top_p = {}",
+         std::min(op::TopK::kMax, config().vocab_size) - 1, d.top_k, d.top_p);
 }
 
 void Engine::issue_draw_ahead(const DrawParams& d, double u) {
@@ -372,11 +362,6 @@ int32_t Engine::step_draw_ahead(int32_t token, const DrawParams& d, const std::f
       return id;
     }
     if (keep && !spare_u_) spare_u_ = keep;  // (a rebuild keeps the spare of the draw it took back)
-    if (!d.pipelines()) {  // top-p alone: drawn in the step, not issued ahead
-      const double v = take_u();
-      if (u) *u = v;
-      return step_draw(token, d, v);
-    }
     if (pos_ + 1 > max_ctx())
       fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
     const int32_t one[1] = {token};

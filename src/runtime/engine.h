@@ -35,9 +35,6 @@ struct DrawParams {
   int top_k = 0;       // 0: none
   float top_p = 1.0f;  // 1: none
   bool plain() const { return top_k <= 0 && !(top_p < 1.0f); }
-  // Issued ahead (step_draw_ahead): not top-p alone, whose draw from the top 256 declines
-  // whenever the nucleus is wider, and a declined draw issued ahead costs a rebuild.
-  bool pipelines() const { return plain() || top_k >= 1; }
   bool operator==(const DrawParams&) const = default;
 };
 
@@ -89,8 +86,7 @@ class Engine {
   // sampling with the uniform u); only the id comes back, or -1 when the draw declines.
   int32_t step_draw(int32_t token, float temperature, float min_p, double u);
   // The same with top_k (>= 1, then op::TopK's top_k + 1 pairs and op::TopDraw: the id, or -1
-  // when they do not decide it) and top_p; or top_p alone (the top 256 pairs and the row's weight
-  // sum: -1 when the nucleus is wider). The row decides a declined draw, with the same u.
+  // when they do not decide it) and top_p.
   int32_t step_draw(int32_t token, const DrawParams& d, double u);
   // step_draw pipelined as step_greedy is: the draw also writes its id as the next step's input
   // on the device, and on a queue that overlaps (CUDA) the step feeding the returned id is
@@ -101,8 +97,6 @@ class Engine {
   // declines (the state then holds `token` and read_logits() gives its row).
   int32_t step_draw_ahead(int32_t token, float temperature, float min_p, const std::function<double()>& next_u,
                           double* u);
-  // With DrawParams: top-k draws are pipelined the same way; top-p alone is drawn in its own
-  // step (d.pipelines()), with the uniforms in the same order.
   int32_t step_draw_ahead(int32_t token, const DrawParams& d, const std::function<double()>& next_u, double* u);
   // The whole logits row of the last step (after step_top, when its values did not decide).
   void read_logits(std::vector<float>* logits);

@@ -144,6 +144,8 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
   }
   const bool greedy = seq.uses_engine_argmax();
   std::vector<float> logits;  // [vocab], only when sampling
+  std::vector<int32_t> top_ids;  // the top logits when they decide the sample
+  std::vector<float> top_vals;
   auto t0 = clk::now();
   // A prompt that extends what the engine already holds (the previous turn of a chat: its prompt
   // and answer) feeds only the new tokens; anything else starts afresh.
@@ -163,17 +165,33 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     }
     if (greedy) {
       tok = engine_.step_greedy();
-    } else if (seq.plain() || seq.top_needed() ||
-               (seq.top_p_needed() && seq.top_p_needed() <= engine_.config().vocab_size)) {
-      // the engine draws: only the id comes back
+    } else if (seq.plain() || seq.top_needed()) {  // the engine draws: only the id comes back
       const SamplingParams& sp = seq.sampling();
       const DrawParams d = seq.plain() ? DrawParams{sp.temperature, sp.min_p}
-                                       : DrawParams{sp.temperature, sp.min_p, std::max(sp.top_k, 0), sp.top_p};
+                                       : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
       double u = 0;
       tok = engine_.step_draw_ahead(tok, d, [&] { return seq.take_uniform(); }, &u);
       if (tok < 0) {  // declined: the row decides, with the draw's uniform
         engine_.read_logits(&logits);
         tok = d.plain() ? seq.choose_declined(logits, u) : seq.choose_with(logits, u);
+      }
+    } else if (const int need = seq.top_p_needed(); need && need <= engine_.config().vocab_size) {
+      // the top logits and the row's weight sum
+      double total = 0;
+      engine_.step_top(tok, need, &top_ids, &top_vals, &total, seq.sampling().temperature);
+      if (auto t = seq.choose_top_p(top_ids, top_vals, total)) {
+        tok = *t;
+      } else {
+        engine_.read_logits(&logits);
+        tok = seq.choose(logits);
+      }
+    } else if (const int need = seq.top_needed()) {  // only the top logits come back
+      engine_.step_top(tok, need, &top_ids, &top_vals);
+      if (auto t = seq.choose_top(top_ids, top_vals)) {
+        tok = *t;
+      } else {
+        engine_.read_logits(&logits);
+        tok = seq.choose(logits);
       }
     } else {
       engine_.step(tok, &logits);
