@@ -84,11 +84,6 @@ Command add_bench(CLI::App& app) {
                   auto t = sampler.sample_top_p(top_ids, top_vals, total);
                   if (!t) e->read_logits(&logits);
                   tok = t ? *t : sampler.sample(logits, {}, 0);
-                } else if (const int need = sampler.top_needed()) {
-                  e->step_top(tok, need, &top_ids, &top_vals);
-                  auto t = sampler.sample_top(top_ids, top_vals);
-                  if (!t) e->read_logits(&logits);
-                  tok = t ? *t : sampler.sample(logits, {}, 0);
                 } else {
                   e->step(tok, &logits);
                   tok = sampler.sample(logits, {}, 0);

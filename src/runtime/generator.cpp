@@ -165,7 +165,8 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     }
     if (greedy) {
       tok = engine_.step_greedy();
-    } else if (seq.plain() || seq.top_needed()) {  // the engine draws: only the id comes back
+    } else if (seq.plain() || (seq.top_needed() && seq.top_needed() <= engine_.config().vocab_size)) {
+      // the engine draws: only the id comes back
       const SamplingParams& sp = seq.sampling();
       const DrawParams d = seq.plain() ? DrawParams{sp.temperature, sp.min_p}
                                        : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
@@ -180,14 +181,6 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
       double total = 0;
       engine_.step_top(tok, need, &top_ids, &top_vals, &total, seq.sampling().temperature);
       if (auto t = seq.choose_top_p(top_ids, top_vals, total)) {
-        tok = *t;
-      } else {
-        engine_.read_logits(&logits);
-        tok = seq.choose(logits);
-      }
-    } else if (const int need = seq.top_needed()) {  // only the top logits come back
-      engine_.step_top(tok, need, &top_ids, &top_vals);
-      if (auto t = seq.choose_top(top_ids, top_vals)) {
         tok = *t;
       } else {
         engine_.read_logits(&logits);

@@ -76,11 +76,8 @@ class Sequence {
   bool uses_engine_argmax() const { return sampler_.uses_engine_argmax(); }
   // Chooses the next token from the logits of the last position.
   int32_t choose(std::span<const float> logits);
-  // Top logits that decide the next choice (Sampler::top_needed), and the choice from them.
+  // Top logits that decide the next choice (Sampler::top_needed; the engine draws from them).
   int top_needed() const { return sampler_.top_needed(); }
-  std::optional<int32_t> choose_top(std::span<const int32_t> ids, std::span<const float> vals) {
-    return sampler_.sample_top(ids, vals);
-  }
   // Top-p without top_k: the top logits and the row's weight sum (Sampler::top_p_needed).
   int top_p_needed() const { return sampler_.top_p_needed(); }
   std::optional<int32_t> choose_top_p(std::span<const int32_t> ids, std::span<const float> vals, double total) {
