@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -502,57 +503,45 @@ TEST(Generator, PipelinedDrawDeclinesAsThePlainDraw) {
   const std::vector<int32_t> prompt = {5, 9, 2, 6};
   int32_t ta = a->feed(prompt), tb = b->feed(prompt);
   ASSERT_EQ(ta, tb);
-  int declined = 0, drawn = 0;
   std::vector<float> la, lb;
-  for (int i = 0; i < 30; ++i) {
-    const double ua = uni(ra);
-    double ub = -1;
-    const int32_t da = a->step_draw(ta, 0.8f, 0.0f, ua);
-    const int32_t db = b->step_draw_ahead(tb, 0.8f, 0.0f, [&] { return uni(rb); }, &ub);
-    ASSERT_EQ(da, db) << "step " << i;
-    ASSERT_EQ(ua, ub) << "step " << i;
-    if (da < 0) {
-      ++declined;
-      a->read_logits(&la);
-      b->read_logits(&lb);
-      ASSERT_EQ(la.size(), lb.size());
-      ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "step " << i;  // NaN rows too
-      ta = fallback.sample_declined(la, ua);
-      tb = fallback.sample_declined(lb, ub);
-    } else {
-      ++drawn;
-      ta = da, tb = db;
+  // 30 draws of d on both engines; a declined draw falls back to `fallback` on the row with the
+  // draw's uniform. Counts the declined and the drawn ones.
+  auto draws = [&](const dq::DrawParams& d, const std::function<int32_t(std::span<const float>, double)>& fallback,
+                   const char* what, int& declined, int& drawn) {
+    for (int i = 0; i < 30; ++i) {
+      const double ua = uni(ra);
+      double ub = -1;
+      const int32_t da = a->step_draw(ta, d, ua);
+      const int32_t db = b->step_draw_ahead(tb, d, [&] { return uni(rb); }, &ub);
+      ASSERT_EQ(da, db) << what << " step " << i;
+      ASSERT_EQ(ua, ub) << what << " step " << i;
+      if (da < 0) {
+        ++declined;
+        a->read_logits(&la);
+        b->read_logits(&lb);
+        ASSERT_EQ(la.size(), lb.size());
+        ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << what << " step " << i;  // NaN rows too
+        ta = fallback(la, ua);
+        tb = fallback(lb, ub);
+      } else {
+        ++drawn;
+        ta = da, tb = db;
+      }
+      ASSERT_EQ(ta, tb);
     }
-    ASSERT_EQ(ta, tb);
-  }
+  };
+  int declined = 0, drawn = 0;
+  draws(dq::DrawParams{sp.temperature, 0.0f}, [&](std::span<const float> l, double u) { return fallback.sample_declined(l, u); },
+        "plain", declined, drawn);
   EXPECT_GT(declined, 3) << "the overflowing rows should make draws decline";
   EXPECT_GT(drawn, 3);
   // The same with top-k draws (op::TopDraw declines when the top value is +inf): the fallback is
   // the sampler's choice from the row with the draw's uniform.
   sp.top_k = 20, sp.top_p = 0.9f;
   dq::Sampler top_fallback(sp);
-  const dq::DrawParams top{sp.temperature, 0.0f, 20, 0.9f};
   int top_declined = 0, top_drawn = 0;
-  for (int i = 0; i < 30; ++i) {
-    const double ua = uni(ra);
-    double ub = -1;
-    const int32_t da = a->step_draw(ta, top, ua);
-    const int32_t db = b->step_draw_ahead(tb, top, [&] { return uni(rb); }, &ub);
-    ASSERT_EQ(da, db) << "top step " << i;
-    ASSERT_EQ(ua, ub) << "top step " << i;
-    if (da < 0) {
-      ++top_declined;
-      a->read_logits(&la);
-      b->read_logits(&lb);
-      ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "top step " << i;
-      ta = top_fallback.sample_with(la, ua);
-      tb = top_fallback.sample_with(lb, ub);
-    } else {
-      ++top_drawn;
-      ta = da, tb = db;
-    }
-    ASSERT_EQ(ta, tb);
-  }
+  draws(dq::DrawParams{sp.temperature, 0.0f, 20, 0.9f},
+        [&](std::span<const float> l, double u) { return top_fallback.sample_with(l, u); }, "top", top_declined, top_drawn);
   EXPECT_GT(top_declined, 3);
   EXPECT_GT(top_drawn, 3);
   // The last token fed on both (b may hold it fed ahead already): the same logits and history.
