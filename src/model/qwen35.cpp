@@ -106,9 +106,10 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
   for (int i = 0; i < cfg_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
     if (l.kind == LayerKind::Linear) {
-      q.go(op::Project{a.h, l.input_norm, eps, {l.qkv, l.z, l.b, l.a}, {a.mixed, a.z, a.b, a.a}, 4, n});
-      q.go(op::GdnCore{gd, a.mixed, a.z, a.b, a.a, l.conv_w, l.A_neg, l.dt_bias, l.gdn_norm, s.conv[i], s.S[i],
-                       a.core, a.conv_out, n});
+      q.go(op::ProjectGdn{
+          op::Project{a.h, l.input_norm, eps, {l.qkv, l.z, l.b, l.a}, {a.mixed, a.z, a.b, a.a}, 4, n},
+          op::GdnCore{gd, a.mixed, a.z, a.b, a.a, l.conv_w, l.A_neg, l.dt_bias, l.gdn_norm, s.conv[i], s.S[i], a.core,
+                      a.conv_out, n}});
       q.go(op::ProjectAdd{a.core, l.out, a.h, n});
     } else {
       q.go(op::Project{a.h, l.input_norm, eps, {l.q, l.k, l.v}, {a.qg, a.k, a.v}, 3, n});

@@ -29,6 +29,7 @@ const char* op_name(const Op& op) {
         else if constexpr (std::is_same_v<T, op::ProjectAdd>) return "project_add";
         else if constexpr (std::is_same_v<T, op::SwiGLU>) return "swiglu";
         else if constexpr (std::is_same_v<T, op::GdnCore>) return "gdn_core";
+        else if constexpr (std::is_same_v<T, op::ProjectGdn>) return "project_gdn";
         else if constexpr (std::is_same_v<T, op::AttnCore>) return "attn_core";
         else if constexpr (std::is_same_v<T, op::Argmax>) return "argmax";
         else if constexpr (std::is_same_v<T, op::TopK>) return "top_k";

@@ -106,6 +106,15 @@ struct GdnCore {
   int n_tokens = 1;
 };
 
+// A GDN layer's token mixer whole: `proj` (the in-projections) then `core`, whose inputs are
+// proj's outputs. One op so that a backend may run both in one kernel (CUDA decode: a cluster
+// per head computes its rows, conv and delta rule; no launch between them). Same results as
+// the two ops in order.
+struct ProjectGdn {
+  Project proj;  // y = {mixed, z, b, a} of core
+  GdnCore core;
+};
+
 // Gated attention after its input projections, for n tokens at positions pos..pos+n-1:
 // per-head RMSNorm of q and k, partial rotary embedding, append k/v to the cache, causal GQA
 // softmax attention, output gate sigmoid(g). See reference.cpp.
@@ -199,7 +208,7 @@ struct Read {
 
 }  // namespace op
 
-using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::AttnCore, op::Argmax, op::TopK,
+using Op = std::variant<op::Embed, op::Project, op::ProjectAdd, op::SwiGLU, op::GdnCore, op::ProjectGdn, op::AttnCore, op::Argmax, op::TopK,
                         op::SampleDraw, op::TopDraw, op::AdvancePos, op::Zero, op::Write, op::Read>;
 
 const char* op_name(const Op& op);

@@ -176,6 +176,11 @@ void run(const op::GdnCore& o) {
   }
 }
 
+void run(const op::ProjectGdn& o) {
+  run(o.proj);
+  run(o.core);
+}
+
 void run(const op::AttnCore& o) {
   for (int t = 0; t < o.n_tokens; ++t) attn_append_kv(o, t);
   for (int t = 0; t < o.n_tokens; ++t)

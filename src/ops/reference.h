@@ -20,6 +20,7 @@ void run(const op::Project& o);
 void run(const op::ProjectAdd& o);
 void run(const op::SwiGLU& o);
 void run(const op::GdnCore& o);
+void run(const op::ProjectGdn& o);
 void run(const op::AttnCore& o);
 void run(const op::Argmax& o);
 void run(const op::TopK& o);

@@ -133,6 +133,10 @@ TEST(CudaParity, GatedDeltaNet) {
   auto t = cuda_target();
   gdn_cases(t);
   gdn_two_steps_case(t);
+  // The one-kernel mixer runs only when every head's cluster fits at once: on the H200 the 2B's
+  // 16 must, or its cases above would have checked the fallback (the two ops' kernels) only.
+  EXPECT_GE(cuda_gdn_mixer_clusters(), 16);
+  gdn_mixer_cases(t);
 }
 TEST(CudaParity, GatedAttention) {
   auto t = cuda_target();

@@ -51,6 +51,7 @@ TEST(OpsParity, GatedDeltaNet) {
   auto t = cpu_targets();
   gdn_cases(t);
   gdn_two_steps_case(t);
+  gdn_mixer_cases(t);
 }
 TEST(OpsParity, GatedAttention) {
   auto t = cpu_targets();

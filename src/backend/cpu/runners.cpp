@@ -226,6 +226,11 @@ class FastRunner : public CpuRunner {
     }
   }
 
+  void exec(const op::ProjectGdn& o) {
+    exec(o.proj);
+    exec(o.core);
+  }
+
   void exec(const op::AttnCore& o) {
     for (int t = 0; t < o.n_tokens; ++t) ks_->attn_append(o, t);
     const int H = o.d.n_heads;

@@ -23,6 +23,8 @@ namespace dq {
 
 using namespace cuda;
 
+int cuda_gdn_mixer_clusters() { return cuda::project_gdn_max_clusters(); }
+
 bool cuda_device_available(std::string* why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -323,7 +325,7 @@ class CudaQueue : public Queue {
   void launch_one(const op::Embed& o) {
     launch_embed({mat_dev(o.table, nullptr), o.tokens.as<int32_t>(), o.out.as<float>(), o.n_tokens, err_dev_}, stream_);
   }
-  void launch_one(const op::Project& o) {
+  ProjectArgs project_args(const op::Project& o) {
     ProjectArgs a;
     a.x = o.x.as<float>();
     a.norm = o.norm ? o.norm.as<float>() : nullptr;
@@ -333,8 +335,9 @@ class CudaQueue : public Queue {
     a.n = o.n_out;
     for (int i = 0; i < o.n_out; ++i) a.m[i] = mat_dev(o.w[i], o.y[i].as<float>());
     a.epi = Epilogue::Store;
-    launch_project(a, num_sms_, stream_);
+    return a;
   }
+  void launch_one(const op::Project& o) { launch_project(project_args(o), num_sms_, stream_); }
   void launch_one(const op::ProjectAdd& o) {
     ProjectArgs a;
     a.x = o.x.as<float>();
@@ -358,7 +361,7 @@ class CudaQueue : public Queue {
     a.epi = Epilogue::SwiGLU;
     launch_project(a, num_sms_, stream_);
   }
-  void launch_one(const op::GdnCore& o) {
+  GdnArgs gdn_args(const op::GdnCore& o) {
     GdnArgs a{o.d.n_k_heads, o.d.n_v_heads, o.d.k_dim, o.d.v_dim, o.d.conv_kernel, o.d.norm_eps,
               o.mixed.as<float>(), o.z.as<float>(), o.b.as<float>(), o.a.as<float>(), o.conv_w.as<float>(),
               o.A_neg.as<float>(), o.dt_bias.as<float>(), o.norm.as<float>(), o.conv_state.as<float>(),
@@ -367,7 +370,16 @@ class CudaQueue : public Queue {
     // and none after a graph replay, a memset or a copy since then (a programmatic launch is
     // early only against a kernel: keep to the case that is certain).
     a.early = !no_early_ && early_states_.insert(a.S).second;
-    launch_gdn(a, stream_);
+    return a;
+  }
+  void launch_one(const op::GdnCore& o) { launch_gdn(gdn_args(o), stream_); }
+  // One kernel for decode where the shapes allow (gdn_mixer.cu), else the two ops' own.
+  void launch_one(const op::ProjectGdn& o) {
+    const ProjectArgs p = project_args(o.proj);
+    const GdnArgs g = gdn_args(o.core);
+    if (launch_project_gdn(p, g, stream_)) return;
+    launch_project(p, num_sms_, stream_);
+    launch_gdn(g, stream_);
   }
   void launch_one(const op::AttnCore& o) {
     AttnArgs a{o.d.n_heads, o.d.n_kv_heads, o.d.head_dim, o.d.rotary_dim, o.d.max_ctx, o.d.norm_eps,

@@ -166,6 +166,18 @@ template <int N>
 __device__ __forceinline__ void async_wait_group() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// Copies bytes from global to shared memory with all threads of the block: 16-byte cp.async
+// when both ends are 16-byte aligned and bytes % 16 == 0, else 2-byte loads and stores.
+__device__ __forceinline__ void stage_copy(void* dst, const void* src, uint32_t bytes) {
+  if ((reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0 && smem_addr(dst) % 16 == 0) {
+    for (uint32_t i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+      async_copy16(static_cast<unsigned char*>(dst) + 16 * i, static_cast<const unsigned char*>(src) + 16 * i);
+  } else {
+    for (uint32_t i = threadIdx.x; i < bytes / 2; i += blockDim.x)
+      static_cast<unsigned short*>(dst)[i] = __ldg(static_cast<const unsigned short*>(src) + i);
+  }
+}
+
 // Bulk asynchronous copies (TMA, cp.async.bulk): one thread hands a whole contiguous span
 // (both ends 16-byte aligned, a multiple of 16 bytes) to the SM's copy engine; an mbarrier in
 // shared memory counts the bytes as they land, and a thread that has waited on it sees them.

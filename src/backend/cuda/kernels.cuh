@@ -74,6 +74,11 @@ struct GdnArgs {
 };
 constexpr int kGdnCounterSlots = 1024;
 void launch_gdn(const GdnArgs& a, cudaStream_t s);
+// op::ProjectGdn's decode in one kernel (gdn_mixer.cu): p the in-projections (y = g's mixed,
+// z, b, a), g the token mixer. Returns false (nothing launched) when its shapes do not apply.
+bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s);
+// Clusters of that kernel resident at once on this device (0 when it cannot run).
+int project_gdn_max_clusters();
 
 struct AttnArgs {
   int h, hkv, hd, rot, max_ctx;

@@ -20,18 +20,6 @@ DQ_TIMELINE_FILE
 
 namespace {
 
-// Copies bytes from global to shared memory with all threads of the block: 16-byte cp.async
-// when both ends are 16-byte aligned and bytes % 16 == 0, else 2-byte loads and stores.
-__device__ __forceinline__ void stage_copy(void* dst, const void* src, uint32_t bytes) {
-  if ((reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0 && smem_addr(dst) % 16 == 0) {
-    for (uint32_t i = threadIdx.x; i < bytes / 16; i += blockDim.x)
-      async_copy16(static_cast<unsigned char*>(dst) + 16 * i, static_cast<const unsigned char*>(src) + 16 * i);
-  } else {
-    for (uint32_t i = threadIdx.x; i < bytes / 2; i += blockDim.x)
-      static_cast<unsigned short*>(dst)[i] = __ldg(static_cast<const unsigned short*>(src) + i);
-  }
-}
-
 // A block's rows of one matrix, and where they sit in shared memory (byte offsets: pointers
 // made from the shared array at the point of use compile to shared-memory loads).
 struct Seg {
