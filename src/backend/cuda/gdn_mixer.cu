@@ -4,16 +4,18 @@
 // (Hk == Hv, 128-dim heads, conv kernel 4, hidden 2048, the in-projections 4-bit in the lane
 // layout with groups of 64 and bf16 scales).
 //
-// A cluster of SL blocks per head. Block sl owns CB = 128 / SL channels of its head: it copies
-// their q, k, v and z rows (block 0 also the head's b and a rows) into shared memory before the
-// programmatic wait (as the resident mat-vec), computes them against the normalised x, convolves
-// its q, k and v channels and pushes q's and k's into every block of the cluster (distributed
-// shared memory). After a cluster barrier each block normalises the head's q and k, runs the
-// delta rule of its CB state columns (its own v channels) and pushes their outputs; after a
-// second barrier it applies the gated RMSNorm to its CB outputs (its own z rows). Everything
-// the two ops write is written (projections, conv output, rolled conv state, S, output), with
-// the arithmetic and order of matvec_resident.cu and gdn.cu's split kernel, so results equal
-// the reference's bit for bit.
+// A cluster of SL = 8 blocks per head (128 blocks for the 2B's 16 heads). Block sl owns
+// CB = 16 channels of its head: it copies their q, k, v and z rows (block 0 also the head's b
+// and a rows) into shared memory before the programmatic wait (as the resident mat-vec),
+// computes them against the normalised x with the resident kernel's dot, convolves each q, k,
+// v channel in the lane that computed it, and pushes q's and k's into every block of the
+// cluster (distributed shared memory); block 0 computes the gates from b and a and pushes
+// them too. After a cluster barrier warp 0 normalises k and runs the delta rule of the block's
+// CB state columns (its own v channels), warp 1 normalises q meanwhile, and the other warps
+// write the updated columns to S once warp 0 has the deltas; the outputs are pushed, and after
+// a second barrier each block applies the gated RMSNorm to its CB outputs (its own z rows).
+// Everything the two ops write is written (projections, conv output, rolled conv state, S,
+// output), with the reference's arithmetic and order, so results equal it bit for bit.
 #include <cooperative_groups.h>
 
 #include <cstdlib>
@@ -31,8 +33,9 @@ DQ_TIMELINE_FILE
 namespace {
 
 constexpr int kDK = 128, kKC = 4, kK = 2048, kU = kK / 8, kG = kK / 64;
-constexpr int kST = kDK + 4;  // floats between two state columns in shared memory (float4 reads without conflicts)
-constexpr int kSL = 8;  // blocks a head (one cluster): 128 blocks for 16 heads, one beside the previous kernel's on each SM
+constexpr int kST = kDK + 4;  // floats between two state columns in shared memory (float4 reads, no conflicts)
+// Blocks a head (one cluster): 128 blocks for 16 heads, one beside the previous kernel's on each SM.
+constexpr int kSL = 8;
 constexpr uint32_t kWRow = kK / 2, kSRow = kG * 2;  // bytes of a row's words and of its scales
 
 // The block's fixed shared memory (after x's); its weight rows follow.
@@ -59,7 +62,7 @@ constexpr size_t mixer_smem_bytes() {
 
 // W warps: 8, 9 (block 0's extra pair, b and a, then adds no round of rows) or 11 (3 rounds).
 template <int SL, bool EARLY, int W>
-__global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g) {
+__global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g, int trigger) {
   constexpr int kWarps = W;
   constexpr int CB = kDK / SL, ROWS = 4 * CB + 2;
   using Fix = MixerShared<SL>;
@@ -68,7 +71,9 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = g.hv, C = 3 * H * kDK;
   const int c0 = sl * CB;  // this block's channels within the head, and its state columns
   DQ_SM(121);
-  pdl_trigger();
+  // trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after x's
+  // phase, 2 after the rows.
+  if (trigger == 0) pdl_trigger();
   // This block has started (a block's shared memory may be written by the others only then);
   // waited for just before the first remote store, long after every block arrived.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -102,7 +107,8 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     copy_rows(4 * CB + 1, p.m[3], hv, 1);  // a
   }
   auto chan = [&](int r) { return (r / CB) * H * kDK + hv * kDK + c0 + r % CB; };  // conv channel of row r < 3 CB
-  for (int i = threadIdx.x; i < 3 * CB * kKC; i += blockDim.x) f.cw[i / kKC][i % kKC] = g.conv_w[size_t(chan(i / kKC)) * kKC + i % kKC];
+  for (int i = threadIdx.x; i < 3 * CB * kKC; i += blockDim.x)
+    f.cw[i / kKC][i % kKC] = g.conv_w[size_t(chan(i / kKC)) * kKC + i % kKC];
   auto load_state = [&] {
     for (int i = threadIdx.x; i < (kKC - 1) * 3 * CB; i += blockDim.x)
       f.cst[i / (3 * CB)][i % (3 * CB)] = g.conv_state[size_t(i / (3 * CB)) * C + chan(i % (3 * CB))];
@@ -112,7 +118,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       async_copy4(f.sS + (c % CB) * kST + c / CB, Sg + size_t(c / CB) * kDK + c % CB);
   };
   if (EARLY) load_state();
-  const int u = threadIdx.x;  // the unit this thread stages (256 units: warp 8 stages none)
+  const int u = threadIdx.x;  // the unit this thread stages (256 units: warps 8 and up stage none)
   const bool stager = u < kU;
   float4 nw0 = make_float4(0, 0, 0, 0), nw1 = nw0;
   if (stager) {
@@ -172,6 +178,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   __syncthreads();
   DQ_MARK();
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block of the cluster has started
+  if (trigger == 1) pdl_trigger();
   DQ_MARK();
 
   // The rows, two a warp (pairs never straddle a part: CB is even); lane 0 has the pair's
@@ -219,6 +226,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   }
   DQ_MARK();
   cl.sync();  // the head's q, k and gates are in every block (release / acquire)
+  if (trigger == 2) pdl_trigger();
   DQ_MARK();
 
   // Warp 0 normalises k and lanes < CB run the delta rule of columns c0 + lane in the
@@ -378,11 +386,16 @@ bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) 
     const int w = e ? std::atoi(e) : 11;
     return w == 8 || w == 9 ? w : 11;
   }();
-  using Kernel = void (*)(ProjectArgs, GdnArgs);
+  using Kernel = void (*)(ProjectArgs, GdnArgs, int);
   const Kernel k = warps == 8    ? (g.early ? mixer_kernel<kSL, true, 8> : mixer_kernel<kSL, false, 8>)
                    : warps == 11 ? (g.early ? mixer_kernel<kSL, true, 11> : mixer_kernel<kSL, false, 11>)
                                  : (g.early ? mixer_kernel<kSL, true, 9> : mixer_kernel<kSL, false, 9>);
-  launch_kernel_in(kSL, k, H * kSL, warps * 32, mixer_smem_bytes<kSL>(), s, p, g);
+  // DELTAQ_GDN_MIXER_TRIGGER=1 or 2 (an A/B knob; results never depend on it).
+  static const int trigger = [] {
+    const char* e = std::getenv("DELTAQ_GDN_MIXER_TRIGGER");
+    return e ? std::abs(std::atoi(e)) % 3 : 0;
+  }();
+  launch_kernel_in(kSL, k, H * kSL, warps * 32, mixer_smem_bytes<kSL>(), s, p, g, trigger);
   return true;
 }
 
