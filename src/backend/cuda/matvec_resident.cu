@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   }
   // trigger (launch_project_resident): when the next kernel may launch. Its blocks' weight
   // copies go out as soon as they are resident, and on an SM where this kernel still runs they
-  // slow it: 0 at the start, 1 after x's phase, 2 after the rows.
+  // slow it: 0 at the start, 1 after x's phase, 2 after the rows, 3 once x has arrived.
   // The kernel lab's SM records: tag 1 started, 2 released, 3 done, + 10 * epilogue + 40 when normalised.
   [[maybe_unused]] const unsigned sm_tag = 10u * unsigned(a.epi) + (a.norm ? 40u : 0u);
   DQ_SM(sm_tag + 1);
@@ -255,6 +255,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         for (int e = threadIdx.x; e < K / 4; e += blockDim.x) reinterpret_cast<float4*>(raw)[e] = x4[e];
       }
       __syncthreads();
+      if (t == 0 && trigger == 3) pdl_trigger();  // x has arrived (it is in shared memory)
       // One warp computes the canonical sum of squares (lane = index mod 32, then the
       // butterfly) and hands it over in shared memory (pu[0] when FAST, where pu is unused and
       // the group sums are written next; else xg[0], free until the group sums): with every
@@ -294,6 +295,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         if (u < U) finish_unit(u, v[k][0], v[k][1]);
       }
       for (int u = threadIdx.x + 3 * blockDim.x; u < U; u += blockDim.x) finish_unit(u, x4[2 * u], x4[2 * u + 1]);
+      if (t == 0 && trigger == 3) pdl_trigger();  // x has arrived (its units are made)
     }
     if (t == 0) DQ_MARK();  // (the first token only: prefill would fill the records)
     if (t == 0) async_wait_all();  // this thread's weight copies have landed
@@ -454,7 +456,14 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // DELTAQ_MV_TRIGGER_SWIGLU / DELTAQ_MV_TRIGGER (the others) override (results never depend on it).
   static const int trig_swiglu = std::getenv("DELTAQ_MV_TRIGGER_SWIGLU") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_SWIGLU")) : 1;
   static const int trig_other = std::getenv("DELTAQ_MV_TRIGGER") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER")) : 0;
-  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, (swiglu ? trig_swiglu : trig_other) % 3, tail);
+  // Down (the other products wider than 2048 inputs) lets its successor launch once x has
+  // arrived: the next layer's in-projections (9.5 MB of copies for a GDN layer's mixer) then
+  // stay out of its x phase, which reads x from L2 under that stream (H200, session 15 runs 2-4:
+  // 1155 tok/s against 1143 at the start and 1152 after the x phase; after the rows 1114).
+  // DELTAQ_MV_TRIGGER_WIDE overrides.
+  static const int trig_wide = std::getenv("DELTAQ_MV_TRIGGER_WIDE") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_WIDE")) : 3;
+  const int trig = swiglu ? trig_swiglu : a.K > 2048 ? trig_wide : trig_other;
+  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, trig % 4, tail);
   return true;
 }
 
