@@ -449,7 +449,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
   // Where the next kernel may launch: 0 at the start (its weight copies then overlap this
-  // kernel's wait), 1 after x's phase, 2 after the rows. SwiGLU (gate/up) lets its successor
+  // kernel's wait), 1 after x's phase, 2 after the rows, 3 once x has arrived. SwiGLU (gate/up) lets its successor
   // (down, 86 KB of copies a block) launch after x's phase: some of gate/up's blocks only find
   // an SM at its release, so down's copies would otherwise land on SMs still in gate/up's x
   // phase (H200: 1074 vs 1054 tok/s; after the rows: 1021; for every product: 1086 vs 1109).
@@ -462,7 +462,11 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // 1155 tok/s against 1143 at the start and 1152 after the x phase; after the rows 1114).
   // DELTAQ_MV_TRIGGER_WIDE overrides.
   static const int trig_wide = std::getenv("DELTAQ_MV_TRIGGER_WIDE") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_WIDE")) : 3;
-  const int trig = swiglu ? trig_swiglu : a.K > 2048 ? trig_wide : trig_other;
+  // Attention's in-projections (the stored products) let the scores kernel launch after x's
+  // phase (its early reads of the K cache then stay out of it: H200, session 15 run 5: 1160
+  // against 1155 tok/s at the start, 1156 once x has arrived). DELTAQ_MV_TRIGGER_STORE overrides.
+  static const int trig_store = std::getenv("DELTAQ_MV_TRIGGER_STORE") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_STORE")) : 1;
+  const int trig = swiglu ? trig_swiglu : a.K > 2048 ? trig_wide : a.epi == Epilogue::Store ? trig_store : trig_other;
   launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, trig % 4, tail);
   return true;
 }
