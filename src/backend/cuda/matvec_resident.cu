@@ -391,8 +391,8 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const int blocks = std::min(items, cap > 0 ? std::min(cap, num_sms) : num_sms);
   // The last L blocks take W / 16 of a block's share of the rows (first_item): gate/up's last
   // blocks find an SM only when the out-projection leaves (session 13, SM records: blocks
-  // 108-131, mostly 126-131), so its last 6 take half a share (H200: +0.3%, session 13 runs 2
-  // and 5, with 4; 6 since session 15 run 6: 1162 against 1159 tok/s with 4, 1153 with none).
+  // 108-131, mostly 126-131), so its last 8 take half a share (H200: +0.3%, session 13 runs 2
+  // and 5, with 4; session 15 run 7: 1166 tok/s with 8 against 1162 with 6 and 1160 with 4).
   // DELTAQ_MV_SWIGLU_TAIL=L,W / DELTAQ_MV_TAIL=L,W override (results never depend on it).
   auto tail_of = [](const char* name, const char* dflt) {
     const char* e = std::getenv(name);
@@ -401,7 +401,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
     if (e && std::sscanf(e, "%d,%d", &late, &w) == 2 && late > 0 && late < 128 && w >= 0 && w <= 16) return late * 256 + w;
     return 0;
   };
-  static const int tail_swiglu = tail_of("DELTAQ_MV_SWIGLU_TAIL", "6,8"), tail_other = tail_of("DELTAQ_MV_TAIL", "0,16");
+  static const int tail_swiglu = tail_of("DELTAQ_MV_SWIGLU_TAIL", "8,8"), tail_other = tail_of("DELTAQ_MV_TAIL", "0,16");
   const int tail = (swiglu ? tail_swiglu : tail_other) >> 8 < blocks ? (swiglu ? tail_swiglu : tail_other) : 0;
   int per_block = 0;
   for (int b = 0; b < blocks; ++b)
