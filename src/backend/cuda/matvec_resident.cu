@@ -450,10 +450,11 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
   // Where the next kernel may launch: 0 at the start (its weight copies then overlap this
-  // kernel's wait), 1 after x's phase, 2 after the rows, 3 once x has arrived. SwiGLU (gate/up) lets its successor
-  // (down, 86 KB of copies a block) launch after x's phase: some of gate/up's blocks only find
-  // an SM at its release, so down's copies would otherwise land on SMs still in gate/up's x
-  // phase (H200: 1074 vs 1054 tok/s; after the rows: 1021; for every product: 1086 vs 1109).
+  // kernel's wait), 1 after x's phase, 2 after the rows, 3 once x has arrived. SwiGLU (gate/up)
+  // lets its successor (down, 86 KB of copies a block) launch after x's phase: some of gate/up's
+  // blocks only find an SM at its release, so down's copies would otherwise land on SMs still in
+  // gate/up's x phase (H200: 1074 vs 1054 tok/s; after the rows: 1021; for every product: 1086
+  // vs 1109).
   // DELTAQ_MV_TRIGGER_SWIGLU / DELTAQ_MV_TRIGGER (the others) override (results never depend on it).
   static const int trig_swiglu = std::getenv("DELTAQ_MV_TRIGGER_SWIGLU") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_SWIGLU")) : 1;
   static const int trig_other = std::getenv("DELTAQ_MV_TRIGGER") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER")) : 0;
