@@ -179,6 +179,7 @@ void run(const op::GdnCore& o) {
 void run(const op::ProjectGdn& o) {
   run(o.proj);
   run(o.core);
+  if (o.out.w) run(o.out);
 }
 
 void run(const op::AttnCore& o) {
