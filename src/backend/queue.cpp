@@ -19,7 +19,7 @@ const char* OpProfile::row_name(const Op& op) {
 }
 
 size_t OpProfile::bytes(const Op& op) {
-  if (const auto* p = std::get_if<op::ProjectGdn>(&op)) return bytes(Op(p->proj)) + bytes(Op(p->core)) + (p->out.w ? bytes(Op(p->out)) : 0);
+  if (const auto* p = std::get_if<op::ProjectGdn>(&op)) return bytes(Op(p->proj)) + bytes(Op(p->core));
   return std::visit(
       [](const auto& o) -> size_t {
         using T = std::decay_t<decltype(o)>;

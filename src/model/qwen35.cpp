@@ -109,8 +109,8 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
       q.go(op::ProjectGdn{
           op::Project{a.h, l.input_norm, eps, {l.qkv, l.z, l.b, l.a}, {a.mixed, a.z, a.b, a.a}, 4, n},
           op::GdnCore{gd, a.mixed, a.z, a.b, a.a, l.conv_w, l.A_neg, l.dt_bias, l.gdn_norm, s.conv[i], s.S[i], a.core,
-                      a.conv_out, n},
-          op::ProjectAdd{a.core, l.out, a.h, n}});
+                      a.conv_out, n}});
+      q.go(op::ProjectAdd{a.core, l.out, a.h, n});
     } else {
       q.go(op::Project{a.h, l.input_norm, eps, {l.q, l.k, l.v}, {a.qg, a.k, a.v}, 3, n});
       q.go(op::AttnCore{ad, a.qg, a.k, a.v, l.q_norm, l.k_norm, rope_cos_, rope_sin_, s.k_cache[i], s.v_cache[i],

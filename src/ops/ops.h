@@ -106,15 +106,13 @@ struct GdnCore {
   int n_tokens = 1;
 };
 
-// A GDN layer's token mixer whole: `proj` (the in-projections), then `core`, whose inputs are
-// proj's outputs, then `out` (the out-projection's residual add, x = core's out; none when its
-// matrix is empty). One op so that a backend may run them in one kernel (CUDA decode: a
-// cluster per head computes its rows, conv and delta rule, then every block a share of the
-// out-projection's rows; no launch between them). Same results as the ops in order.
+// A GDN layer's token mixer whole: `proj` (the in-projections) then `core`, whose inputs are
+// proj's outputs. One op so that a backend may run both in one kernel (CUDA decode: a cluster
+// per head computes its rows, conv and delta rule; no launch between them). Same results as
+// the two ops in order.
 struct ProjectGdn {
   Project proj;  // y = {mixed, z, b, a} of core
   GdnCore core;
-  ProjectAdd out;
 };
 
 // Gated attention after its input projections, for n tokens at positions pos..pos+n-1:

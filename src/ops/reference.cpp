@@ -179,7 +179,6 @@ void run(const op::GdnCore& o) {
 void run(const op::ProjectGdn& o) {
   run(o.proj);
   run(o.core);
-  if (o.out.w) run(o.out);
 }
 
 void run(const op::AttnCore& o) {

@@ -361,42 +361,37 @@ inline void gdn_two_steps_case(std::vector<Target>& targets) {
 
 // A GDN layer's token mixer as one op (op::ProjectGdn): the in-projections at the 2B's shapes
 // (K = 2048, groups of 64, bf16 scales, in the backend's product layout, as the engine gives
-// them) feeding the GDN core, with and without the out-projection's residual add after it. On
-// CUDA one token runs as one kernel, a cluster per head (16 heads: the 2B, whose out-projection
-// of 2048 inputs runs in the same kernel; 4 heads: fewer clusters, the out-projection after
-// it); several tokens, or two steps in one stage (the first may read its state before its
-// programmatic wait, the second must not), are checked too. Every buffer the ops write (but
-// the conv's scratch) must equal the reference's.
+// them) feeding the GDN core. On CUDA one token runs as one kernel, a cluster per head (16
+// heads: the 2B; 4 heads: fewer clusters); several tokens, or two steps in one stage (the
+// first may read its state before its programmatic wait, the second must not), are checked
+// too. Every buffer either op writes (but the conv's scratch) must equal the reference's.
 inline void gdn_mixer_cases(std::vector<Target>& targets) {
   Rig rig;
   const int D = 2048;
   for (int H : {16, 4})
-    for (int T : {1, 2})
-      for (bool with_out : {true, false}) {
-        const int steps = T == 1 ? 2 : 1;
-        GdnDims g{H, H, 128, 128, 4, 1e-6f};
-        const int C = g.conv_channels(), VD = g.value_dim();
-        Matrix qkv = rig.matrix(WFormat::Affine, C, D), zw = rig.matrix(WFormat::Affine, VD, D),
-               bw = rig.matrix(WFormat::Affine, H, D), aw = rig.matrix(WFormat::Affine, H, D),
-               ow = rig.matrix(WFormat::Affine, D, VD);
-        Ref x = rig.inputs(size_t(T) * D), norm = rig.floats(D);
-        Ref conv_w = rig.floats(size_t(C) * 4, 0.4f), A = rig.floats(H), dt = rig.floats(H), gnorm = rig.floats(128);
-        for (int h = 0; h < H; ++h) A.as<float>()[h] = -std::fabs(A.as<float>()[h]) - 0.5f;
-        std::vector<Ref> outs = {rig.zeros(size_t(T) * C * 4),  rig.zeros(size_t(T) * VD * 4),
-                                 rig.zeros(size_t(T) * H * 4),  rig.zeros(size_t(T) * H * 4),
-                                 rig.floats(size_t(3) * C),     rig.floats(size_t(H) * 128 * 128, 0.1f),
-                                 rig.zeros(size_t(T) * VD * 4), rig.floats(size_t(T) * D)};
-        Ref scratch = rig.zeros(size_t(T) * C * 4);  // conv + SiLU output: scratch, as in gdn_cases
-        check(rig, targets, outs, [&](Target& tg, const std::vector<Ref>& o) {
-          return Op(op::ProjectGdn{
-              op::Project{tg.map(x), tg.map(norm), 1e-6f,
-                          {tg.map_product(qkv), tg.map_product(zw), tg.map_product(bw), tg.map_product(aw)},
-                          {o[0], o[1], o[2], o[3]}, 4, T},
-              op::GdnCore{g, o[0], o[1], o[2], o[3], tg.map(conv_w), tg.map(A), tg.map(dt), tg.map(gnorm), o[4], o[5],
-                          o[6], tg.map(scratch), T},
-              with_out ? op::ProjectAdd{o[6], tg.map_product(ow), o[7], T} : op::ProjectAdd{}});
-        }, "project_gdn H=" + std::to_string(H) + " T=" + std::to_string(T) + (with_out ? " with out" : ""), steps);
-      }
+    for (int T : {1, 2}) {
+      const int steps = T == 1 ? 2 : 1;
+      GdnDims g{H, H, 128, 128, 4, 1e-6f};
+      const int C = g.conv_channels(), VD = g.value_dim();
+      Matrix qkv = rig.matrix(WFormat::Affine, C, D), zw = rig.matrix(WFormat::Affine, VD, D),
+             bw = rig.matrix(WFormat::Affine, H, D), aw = rig.matrix(WFormat::Affine, H, D);
+      Ref x = rig.inputs(size_t(T) * D), norm = rig.floats(D);
+      Ref conv_w = rig.floats(size_t(C) * 4, 0.4f), A = rig.floats(H), dt = rig.floats(H), gnorm = rig.floats(128);
+      for (int h = 0; h < H; ++h) A.as<float>()[h] = -std::fabs(A.as<float>()[h]) - 0.5f;
+      std::vector<Ref> outs = {rig.zeros(size_t(T) * C * 4),  rig.zeros(size_t(T) * VD * 4),
+                               rig.zeros(size_t(T) * H * 4),  rig.zeros(size_t(T) * H * 4),
+                               rig.floats(size_t(3) * C),     rig.floats(size_t(H) * 128 * 128, 0.1f),
+                               rig.zeros(size_t(T) * VD * 4)};
+      Ref scratch = rig.zeros(size_t(T) * C * 4);  // conv + SiLU output: scratch, as in gdn_cases
+      check(rig, targets, outs, [&](Target& tg, const std::vector<Ref>& o) {
+        return Op(op::ProjectGdn{
+            op::Project{tg.map(x), tg.map(norm), 1e-6f,
+                        {tg.map_product(qkv), tg.map_product(zw), tg.map_product(bw), tg.map_product(aw)},
+                        {o[0], o[1], o[2], o[3]}, 4, T},
+            op::GdnCore{g, o[0], o[1], o[2], o[3], tg.map(conv_w), tg.map(A), tg.map(dt), tg.map(gnorm), o[4], o[5], o[6],
+                        tg.map(scratch), T}});
+      }, "project_gdn H=" + std::to_string(H) + " T=" + std::to_string(T), steps);
+    }
 }
 
 inline void attn_cases(std::vector<Target>& targets) {

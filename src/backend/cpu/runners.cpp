@@ -229,7 +229,6 @@ class FastRunner : public CpuRunner {
   void exec(const op::ProjectGdn& o) {
     exec(o.proj);
     exec(o.core);
-    if (o.out.w) exec(o.out);
   }
 
   void exec(const op::AttnCore& o) {

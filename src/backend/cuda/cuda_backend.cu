@@ -338,7 +338,7 @@ class CudaQueue : public Queue {
     return a;
   }
   void launch_one(const op::Project& o) { launch_project(project_args(o), num_sms_, stream_); }
-  ProjectArgs add_args(const op::ProjectAdd& o) {
+  void launch_one(const op::ProjectAdd& o) {
     ProjectArgs a;
     a.x = o.x.as<float>();
     a.K = o.w.cols;
@@ -346,9 +346,8 @@ class CudaQueue : public Queue {
     a.n = 1;
     a.m[0] = mat_dev(o.w, o.acc.as<float>());
     a.epi = Epilogue::Add;
-    return a;
+    launch_project(a, num_sms_, stream_);
   }
-  void launch_one(const op::ProjectAdd& o) { launch_project(add_args(o), num_sms_, stream_); }
   void launch_one(const op::SwiGLU& o) {
     ProjectArgs a;
     a.x = o.x.as<float>();
@@ -374,15 +373,13 @@ class CudaQueue : public Queue {
     return a;
   }
   void launch_one(const op::GdnCore& o) { launch_gdn(gdn_args(o), stream_); }
-  // One kernel for decode where the shapes allow (gdn_mixer.cu), else the ops' own.
+  // One kernel for decode where the shapes allow (gdn_mixer.cu), else the two ops' own.
   void launch_one(const op::ProjectGdn& o) {
     const ProjectArgs p = project_args(o.proj);
     const GdnArgs g = gdn_args(o.core);
-    const ProjectArgs out = o.out.w ? add_args(o.out) : ProjectArgs{};
-    if (launch_project_gdn(p, g, o.out.w ? &out : nullptr, num_sms_, stream_)) return;
+    if (launch_project_gdn(p, g, stream_)) return;
     launch_project(p, num_sms_, stream_);
     launch_gdn(g, stream_);
-    if (o.out.w) launch_project(out, num_sms_, stream_);
   }
   void launch_one(const op::AttnCore& o) {
     AttnArgs a{o.d.n_heads, o.d.n_kv_heads, o.d.head_dim, o.d.rotary_dim, o.d.max_ctx, o.d.norm_eps,

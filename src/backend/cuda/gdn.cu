@@ -519,7 +519,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   static const bool fused = !(fused_env && fused_env[0] == '0');
   static const char* split_env = std::getenv("DELTAQ_GDN_SPLIT");
   static const int split = split_env ? std::atoi(split_env) : 4;  // slices per head: 4, 8 or 16 (measured equal)
-  if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots - 2 && a.hk == a.hv && a.dk == 128 &&
+  if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && a.hk == a.hv && a.dk == 128 &&
       a.dv == 128 && a.K == 4) {
     const int skip = lab_skip("gdn") ? 1 : 0;
     static const int trigger = std::getenv("DELTAQ_GDN_TRIGGER") ? std::atoi(std::getenv("DELTAQ_GDN_TRIGGER")) : 0;

@@ -14,15 +14,8 @@
 // CB state columns (its own v channels), warp 1 normalises q meanwhile, and the other warps
 // write the updated columns to S once warp 0 has the deltas; the outputs are pushed, and after
 // a second barrier each block applies the gated RMSNorm to its CB outputs (its own z rows).
-// OUT (the out-projection's residual add in the same kernel): every block copies its share of
-// the out-projection's rows into the space the in-projection rows leave, the blocks meet at a
-// grid barrier (a counter; the launcher runs it only where every cluster is resident at once,
-// and the next kernel can launch only once every block has triggered, i.e. is resident), and
-// each block computes its rows against the head outputs of all heads, as the resident kernel
-// does (matvec_resident.cu, x not normalised).
-// Everything the ops write is written (projections, conv output, rolled conv state, S,
-// output, the residual), with the reference's arithmetic and order, so results equal it bit for
-// bit.
+// Everything the two ops write is written (projections, conv output, rolled conv state, S,
+// output), with the reference's arithmetic and order, so results equal it bit for bit.
 #include <cooperative_groups.h>
 
 #include <cstdlib>
@@ -60,74 +53,16 @@ struct alignas(16) MixerShared {
   float cst[kKC - 1][3 * CB];  // their conv state, oldest first
 };
 
-// x's unit u (its 8 inputs) into the split layout, and the sum of its group of 64 (8 units on
-// consecutive lanes) in the canonical chain by shuffles: the resident kernel's fast path
-// (matvec_resident.cu, FAST with groups of 64), in the same order. Whole warps call it.
-__device__ __forceinline__ void stage_unit(float4 a0, float4 a1, int u, int lane, uint4* xa, uint4* xb, float* xg) {
-  make_unit_q4(a0, a1, xa[u], xb[u]);
-  float s = 0.0f;  // chain of the 8 inputs from 0
-  s = s + a0.x;
-  s = s + a0.y;
-  s = s + a0.z;
-  s = s + a0.w;
-  s = s + a1.x;
-  s = s + a1.y;
-  s = s + a1.z;
-  s = s + a1.w;
-  const int first = lane & ~7;
-  float v[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = __shfl_sync(0xffffffffu, s, first + k);
-  float gsum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) gsum = gsum + v[k];
-  if (lane == first) xg[u >> 3] = gsum;
-}
-
-// (x as given shares the space of its unit integers: 96.5 KB a block, so that a gate/up block
-// of 126 KB fits beside it on an SM and streams its weights while the mixer runs.)
 template <int SL>
 constexpr size_t mixer_smem_bytes() {
   constexpr int CB = kDK / SL, ROWS = 4 * CB + 2;
-  return size_t(kU) * 16 * 2 + size_t(kU) * 4 * 2 + sizeof(MixerShared<SL>) + size_t(ROWS) * (kWRow + 2 * kSRow);
-}
-
-// The grid barrier of OUT: count and generation in the queue's GDN counters (left 0 / as they
-// were: the last block to arrive resets the count before it releases the others).
-constexpr int kBarrierSlot = kGdnCounterSlots - 2;
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ void grid_barrier(unsigned* slots) {
-  __syncthreads();  // this block's writes are done
-  if (threadIdx.x == 0) {
-    unsigned* count = slots + kBarrierSlot;
-    unsigned* gen = count + 1;
-    const unsigned gen0 = load_acquire(gen);  // before arriving: it cannot move until every block has
-    __threadfence();
-    if (atomicAdd(count, 1u) == gridDim.x - 1) {
-      atomicExch(count, 0u);
-      __threadfence();
-      store_release(gen, gen0 + 1);
-    } else {
-      while (load_acquire(gen) == gen0) {
-      }
-    }
-    __threadfence();
-  }
-  __syncthreads();
+  return size_t(kU) * 16 * 2 + size_t(kU) * 4 * 2 + size_t(kK) * 4 + sizeof(MixerShared<SL>) +
+         size_t(ROWS) * (kWRow + 2 * kSRow);
 }
 
 // W warps: 8, 9 (block 0's extra pair, b and a, then adds no round of rows) or 11 (3 rounds).
-// OUT: om is the out-projection (y the residual it adds to), R its rows a block (even, <= the
-// block's in-projection rows); x is g.out.
-template <int SL, bool EARLY, int W, bool OUT>
-__global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g, MatDev om, int R, int trigger) {
+template <int SL, bool EARLY, int W>
+__global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g, int trigger) {
   constexpr int kWarps = W;
   constexpr int CB = kDK / SL, ROWS = 4 * CB + 2;
   using Fix = MixerShared<SL>;
@@ -135,26 +70,23 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = g.hv, C = 3 * H * kDK;
   const int c0 = sl * CB;  // this block's channels within the head, and its state columns
-  const int o0 = blockIdx.x * R;  // OUT: this block's first out-projection row
   DQ_SM(121);
-  // trigger: when the next kernel (the out-projection; OUT: gate/up) may launch: 0 at the
-  // start, 1 after x's phase, 2 after the rows, 3 (OUT) after the grid barrier.
+  // trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after x's
+  // phase, 2 after the rows.
   if (trigger == 0) pdl_trigger();
   // This block has started (a block's shared memory may be written by the others only then);
   // waited for just before the first remote store, long after every block arrived.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
-  // Shared memory: x's unit integers (make_unit_q4's split layout; x as given in the same
-  // space until the sum of squares is made), unit sums (unused but for the sum of squares'
-  // handover), group sums, the fixed part, the weight rows (q, k, v, z: CB rows each, then b
-  // and a; OUT: then the out-projection's R rows in their place): words, then scales, then
-  // biases.
+  // Shared memory: x's unit integers (make_unit_q4's split layout), unit sums (unused but for
+  // the sum of squares' handover), group sums, x as given, the fixed part, the weight rows
+  // (q, k, v, z: CB rows each, then b and a): words, then scales, then biases.
   uint4* xa = reinterpret_cast<uint4*>(smem);
   uint4* xb = xa + kU;
-  float* raw = reinterpret_cast<float*>(xa);
   float* pu = reinterpret_cast<float*>(xb + kU);
   float* xg = pu + kU;
-  Fix& f = *reinterpret_cast<Fix*>(xg + kU);
+  float* raw = xg + kU;
+  Fix& f = *reinterpret_cast<Fix*>(raw + kK);
   unsigned char* wsm = reinterpret_cast<unsigned char*>(&f + 1);
   constexpr size_t so = size_t(ROWS) * kWRow, bo = so + size_t(ROWS) * kSRow;
 
@@ -198,12 +130,9 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   pdl_wait();
   DQ_SM(122);
   if (!EARLY) load_state();
-  // OUT: the residual of this warp's first pair of out rows (lane 0 the first, lane 16 the
-  // second: the lanes that write them), loaded now and used at the end.
-  float res_first = 0.0f;
-  if (OUT && (lane & 15) == 0 && 2 * warp < R) res_first = om.y[o0 + 2 * warp + (lane >> 4)];
 
-  // x in, RMSNorm'd, in the split layout with its group sums (stage_unit).
+  // x in, RMSNorm'd, in the split layout with its group sums: the resident kernel's fast path
+  // (matvec_resident.cu, FAST with groups of 64), in the same order.
   {
     const float4* x4 = reinterpret_cast<const float4*>(p.x);
     float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
@@ -223,7 +152,25 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     if (stager) {  // (warp-uniform)
       const float4 a0 = make_float4((v0.x * r) * nw0.x, (v0.y * r) * nw0.y, (v0.z * r) * nw0.z, (v0.w * r) * nw0.w);
       const float4 a1 = make_float4((v1.x * r) * nw1.x, (v1.y * r) * nw1.y, (v1.z * r) * nw1.z, (v1.w * r) * nw1.w);
-      stage_unit(a0, a1, u, lane, xa, xb, xg);
+      make_unit_q4(a0, a1, xa[u], xb[u]);
+      float s = 0.0f;  // chain of the 8 inputs from 0
+      s = s + a0.x;
+      s = s + a0.y;
+      s = s + a0.z;
+      s = s + a0.w;
+      s = s + a1.x;
+      s = s + a1.y;
+      s = s + a1.z;
+      s = s + a1.w;
+      // A group of 64 is 8 units on consecutive lanes: its sum in the canonical chain by shuffles.
+      const int first = lane & ~7;
+      float v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __shfl_sync(0xffffffffu, s, first + k);
+      float gsum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) gsum = gsum + v[k];
+      if (lane == first) xg[u >> 3] = gsum;
     }
   }
   DQ_MARK();
@@ -280,7 +227,6 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   DQ_MARK();
   cl.sync();  // the head's q, k and gates are in every block (release / acquire)
   if (trigger == 2) pdl_trigger();
-  if (OUT) copy_rows(0, om, o0, R);  // into the rows every warp has finished with
   DQ_MARK();
 
   // Warp 0 normalises k and lanes < CB run the delta rule of columns c0 + lane in the
@@ -376,28 +322,6 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     const float r = num::rms_inv(warp_butterfly(ss), kDK, g.eps);
     if (lane < CB) g.out[size_t(hv) * kDK + c0 + lane] = ((f.o_all[c0 + lane] * r) * gnorm) * f.zloc[lane];
   }
-  if constexpr (OUT) {
-    DQ_MARK();
-    grid_barrier(g.counters);  // every head's outputs are written
-    if (trigger == 3) pdl_trigger();
-    DQ_MARK();
-    if (stager) {  // the head outputs from L2 (written by other blocks in this kernel), not normalised
-      const float4* x4 = reinterpret_cast<const float4*>(g.out);
-      stage_unit(__ldcg(x4 + 2 * u), __ldcg(x4 + 2 * u + 1), u, lane, xa, xb, xg);
-    }
-    async_wait_all();  // the out rows have landed
-    __syncthreads();
-    DQ_MARK();
-    for (int pi = warp; 2 * pi < R; pi += kWarps) {
-      const int ra = 2 * pi, rb = ra + 1;
-      const float y = dot2_fast<6, true>(w + size_t(ra) * kU, S(wsm + so + ra * kSRow), S(wsm + bo + ra * kSRow),
-                                         w + size_t(rb) * kU, S(wsm + so + rb * kSRow), S(wsm + bo + rb * kSRow), kU,
-                                         kG, 6, xa, xb, xg, lane);
-      if (lane != 0 && lane != 16) continue;
-      const int r = o0 + (lane == 0 ? ra : rb);
-      om.y[r] = (pi == warp ? res_first : om.y[r]) + y;
-    }
-  }
   DQ_SM(123);
 }
 
@@ -407,10 +331,8 @@ int max_clusters() {
   static int n = -1;
   if (n < 0) {
     const size_t smem = mixer_smem_bytes<kSL>();
-    for (auto k : {mixer_kernel<kSL, false, 8, false>, mixer_kernel<kSL, true, 8, false>,
-                   mixer_kernel<kSL, false, 9, false>, mixer_kernel<kSL, true, 9, false>,
-                   mixer_kernel<kSL, false, 11, false>, mixer_kernel<kSL, true, 11, false>,
-                   mixer_kernel<kSL, false, 11, true>, mixer_kernel<kSL, true, 11, true>})
+    for (auto k : {mixer_kernel<kSL, false, 8>, mixer_kernel<kSL, true, 8>, mixer_kernel<kSL, false, 9>,
+                   mixer_kernel<kSL, true, 9>, mixer_kernel<kSL, false, 11>, mixer_kernel<kSL, true, 11>})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(16 * kSL);
@@ -424,7 +346,7 @@ int max_clusters() {
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int got = 0;
-    if (cudaOccupancyMaxActiveClusters(&got, mixer_kernel<kSL, true, 11, true>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&got, mixer_kernel<kSL, true, 11>, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();
       got = 0;
     }
@@ -433,27 +355,11 @@ int max_clusters() {
   return n;
 }
 
-// The out-projection (residual add) in the mixer's kernel: 4-bit lane-layout rows of 2048
-// inputs in groups of 64 with bf16 scales, x = the head outputs, an even share of rows a block
-// that fits in the in-projection rows' space, and the counters for the grid barrier.
-bool out_fits(const ProjectArgs* o, const GdnArgs& g, int blocks) {
-  static const char* env = std::getenv("DELTAQ_GDN_MIXER_OUT");  // =0 (an A/B knob): after it
-  static const bool enabled = !(env && env[0] == '0');
-  if (!enabled || !o || !g.counters || o->T != 1 || o->n != 1 || o->norm || o->epi != Epilogue::Add || o->K != kK ||
-      o->x != g.out)
-    return false;
-  const MatDev& m = o->m[0];
-  constexpr int kRows = 4 * (kDK / kSL) + 2;
-  return m.fmt == WFmt::Affine && m.bits == 4 && m.gs == 64 && m.gs_shift == 6 && m.sdt == SDt::BF16 && m.lanes &&
-         m.cols == kK && m.rows % blocks == 0 && (m.rows / blocks) % 2 == 0 && m.rows / blocks <= kRows &&
-         reinterpret_cast<uintptr_t>(m.w) % 16 == 0 && reinterpret_cast<uintptr_t>(g.out) % 16 == 0;
-}
-
 }  // namespace
 
 int project_gdn_max_clusters() { return max_clusters(); }
 
-bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, const ProjectArgs* out, int num_sms, cudaStream_t s) {
+bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) {
   // DELTAQ_GDN_MIXER=0 (an A/B knob): the two ops' own kernels.
   static const char* env = std::getenv("DELTAQ_GDN_MIXER");
   static const bool enabled = !(env && env[0] == '0');
@@ -472,34 +378,25 @@ bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, const ProjectArg
       reinterpret_cast<uintptr_t>(g.S) % 16)
     return false;
   if (max_clusters() < H) return false;
-  const int blocks = H * kSL;
-  const bool fused = out_fits(out, g, blocks);
   // Warps a block: block 0's 33 pairs of rows take 5 rounds on 8 warps, 4 on 9, 3 on 11
   // (H200, session 14 runs 5-6: 1127.8 / 1137.5 / 1144.5 tok/s; the two kernels 1104.9).
-  // DELTAQ_GDN_MIXER_WARPS=8 or 9 (an A/B knob without the out-projection; results never
-  // depend on it).
+  // DELTAQ_GDN_MIXER_WARPS=8 or 9 (an A/B knob; results never depend on it).
   static const int warps = [] {
     const char* e = std::getenv("DELTAQ_GDN_MIXER_WARPS");
     const int w = e ? std::atoi(e) : 11;
     return w == 8 || w == 9 ? w : 11;
   }();
-  using Kernel = void (*)(ProjectArgs, GdnArgs, MatDev, int, int);
-  const int w = fused ? 11 : warps;
-  const Kernel k = fused     ? (g.early ? mixer_kernel<kSL, true, 11, true> : mixer_kernel<kSL, false, 11, true>)
-                   : w == 8  ? (g.early ? mixer_kernel<kSL, true, 8, false> : mixer_kernel<kSL, false, 8, false>)
-                   : w == 11 ? (g.early ? mixer_kernel<kSL, true, 11, false> : mixer_kernel<kSL, false, 11, false>)
-                             : (g.early ? mixer_kernel<kSL, true, 9, false> : mixer_kernel<kSL, false, 9, false>);
+  using Kernel = void (*)(ProjectArgs, GdnArgs, int);
+  const Kernel k = warps == 8    ? (g.early ? mixer_kernel<kSL, true, 8> : mixer_kernel<kSL, false, 8>)
+                   : warps == 11 ? (g.early ? mixer_kernel<kSL, true, 11> : mixer_kernel<kSL, false, 11>)
+                                 : (g.early ? mixer_kernel<kSL, true, 9> : mixer_kernel<kSL, false, 9>);
   // After x's phase (H200, session 14 run 8: 1146.2 tok/s against 1140.7 at the start and 1094.2
-  // after the rows). DELTAQ_GDN_MIXER_TRIGGER=0, 2 or 3 (an A/B knob; results never depend on it).
+  // after the rows). DELTAQ_GDN_MIXER_TRIGGER=0 or 2 (an A/B knob; results never depend on it).
   static const int trigger = [] {
     const char* e = std::getenv("DELTAQ_GDN_MIXER_TRIGGER");
-    return e ? std::abs(std::atoi(e)) % 4 : 1;
+    return e ? std::abs(std::atoi(e)) % 3 : 1;
   }();
-  const MatDev om = fused ? out->m[0] : MatDev{};
-  const int R = fused ? om.rows / blocks : 0;
-  launch_kernel_in(kSL, k, blocks, w * 32, mixer_smem_bytes<kSL>(), s, p, g, om, R,
-                   fused || trigger != 3 ? trigger : 2);
-  if (out && !fused) launch_project(*out, num_sms, s);
+  launch_kernel_in(kSL, k, H * kSL, warps * 32, mixer_smem_bytes<kSL>(), s, p, g, trigger);
   return true;
 }
 

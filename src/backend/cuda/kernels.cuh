@@ -66,9 +66,7 @@ struct GdnArgs {
   float *conv_state, *S, *out;
   float* u;  // scratch [T][C] (conv + silu output)
   int T;
-  // [kGdnCounterSlots] zeros, kept by the queue: the split decode kernel's heads (slots below
-  // kGdnCounterSlots - 2), the mixer's grid barrier (the last two)
-  unsigned* counters = nullptr;
+  unsigned* counters = nullptr;  // [kGdnCounterSlots] zeros, kept by the queue (split decode kernel)
   // The queue's promise that nothing launched since the last point where the stream was idle
   // (a wait, or a graph's start) writes this S or conv state, so the kernel may read them
   // before its programmatic wait (the previous kernel may still be running).
@@ -77,10 +75,8 @@ struct GdnArgs {
 constexpr int kGdnCounterSlots = 1024;
 void launch_gdn(const GdnArgs& a, cudaStream_t s);
 // op::ProjectGdn's decode in one kernel (gdn_mixer.cu): p the in-projections (y = g's mixed,
-// z, b, a), g the token mixer, out (or null) the out-projection's residual add after it, in the
-// same kernel where its shapes allow, else launched after it. Returns false (nothing launched)
-// when the kernel's shapes do not apply.
-bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, const ProjectArgs* out, int num_sms, cudaStream_t s);
+// z, b, a), g the token mixer. Returns false (nothing launched) when its shapes do not apply.
+bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s);
 // Clusters of that kernel resident at once on this device (0 when it cannot run).
 int project_gdn_max_clusters();
 
