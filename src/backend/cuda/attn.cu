@@ -565,7 +565,7 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   if (group_on && a.h % a.hkv == 0 && (G == 1 || G == 2 || G == 4) && a.hd % kGroupDims == 0 &&
       group_smem <= 225 * 1024) {
     using K = void (*)(AttnArgs, int, int);
-    static const int trigger = std::getenv("DELTAQ_ATTN_TRIGGER") ? std::atoi(std::getenv("DELTAQ_ATTN_TRIGGER")) : 0;
+    static const int trigger = env_int("DELTAQ_ATTN_TRIGGER", 0);
     static const K table[2][3] = {{softmax_v_group_kernel<1, 4>, softmax_v_group_kernel<2, 4>, softmax_v_group_kernel<4, 4>},
                                   {softmax_v_group_kernel<1, 16>, softmax_v_group_kernel<2, 16>,
                                    softmax_v_group_kernel<4, 16>}};

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -16,6 +17,12 @@
   } while (0)
 
 namespace dq::cuda {
+
+// A launcher's tuning knob: the integer in environment variable `name`, or `dflt` when unset.
+inline int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
 
 // Device-side input errors (a token id out of range, ...) are recorded here by the kernels and
 // turned into a dq::Error naming the op at the next wait.

@@ -522,7 +522,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && a.hk == a.hv && a.dk == 128 &&
       a.dv == 128 && a.K == 4) {
     const int skip = lab_skip("gdn") ? 1 : 0;
-    static const int trigger = std::getenv("DELTAQ_GDN_TRIGGER") ? std::atoi(std::getenv("DELTAQ_GDN_TRIGGER")) : 0;
+    static const int trigger = env_int("DELTAQ_GDN_TRIGGER", 0);
     using K = void (*)(GdnArgs, int, int);
     static const K table[3][2] = {{split_kernel<4, 4, false>, split_kernel<4, 4, true>},
                                   {split_kernel<4, 8, false>, split_kernel<4, 8, true>},

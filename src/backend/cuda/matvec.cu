@@ -293,8 +293,8 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (launch_project_resident(a, gs, num_sms, s)) return;  // weights fit in shared memory
   // Launch knobs (the kernel lab's sweep; results never depend on them): blocks per SM for the
   // grid cap, and the warps per SM below which rows are not paired.
-  static const int blocks_per_sm = std::getenv("DELTAQ_MV_BLOCKS_PER_SM") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS_PER_SM")) : 0;
-  static const int pair_warps = std::getenv("DELTAQ_MV_PAIR_WARPS") ? std::atoi(std::getenv("DELTAQ_MV_PAIR_WARPS")) : 24;
+  static const int blocks_per_sm = env_int("DELTAQ_MV_BLOCKS_PER_SM", 0);
+  static const int pair_warps = env_int("DELTAQ_MV_PAIR_WARPS", 24);
   int rows = 0;
   for (int i = 0; i < a.n; ++i) rows += a.m[i].rows;
   // Pairs share x reads but halve the warps: only when there are rows for enough warps per SM.
@@ -308,7 +308,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   // DELTAQ_MV_VARIANT: 0 = 8 warps, no register cap; 1 = 8 warps, registers for 4 blocks/SM;
   // 2 = 4 warps per block; 3 = 8 warps, registers for 3 blocks/SM. Default (measured, docs/bench.md):
   // 0 for ordinary products, 1 for the huge output head (more warps in flight on a long stream).
-  static const int forced = std::getenv("DELTAQ_MV_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_VARIANT")) : -1;
+  static const int forced = env_int("DELTAQ_MV_VARIANT", -1);
   static bool attr_set = false;
   if (!attr_set) {
     DQ_CUDA_CHECK(cudaFuncSetAttribute(project_kernel<8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));

@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
 template <int NU>
 bool launch_nu(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const int G = a.K / a.m[0].gs;
-  static const int per_sm = std::getenv("DELTAQ_HEAD_BLOCKS") ? std::atoi(std::getenv("DELTAQ_HEAD_BLOCKS")) : 2;
+  static const int per_sm = env_int("DELTAQ_HEAD_BLOCKS", 2);
   const int need = (a.m[0].rows + kHeadWarps - 1) / kHeadWarps;
   const int blocks = std::max(1, std::min(need, num_sms * std::max(1, per_sm)));
   if (G <= 32) launch_kernel(head_kernel<NU, 1>, blocks, kHeadWarps * 32, 0, s, a);
@@ -274,7 +274,7 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (m.lanes) return false;  // (the head keeps the checkpoint's layout)
   if (a.K % 256 != 0 || a.K > 2048 || a.K % m.gs != 0) return false;
   // Tall products only: below this the resident or streaming kernels keep more rows per SM busy.
-  static const int min_rows = std::getenv("DELTAQ_MV_HEAD_MIN_ROWS") ? std::atoi(std::getenv("DELTAQ_MV_HEAD_MIN_ROWS")) : 32768;
+  static const int min_rows = env_int("DELTAQ_MV_HEAD_MIN_ROWS", 32768);
   if (m.rows < min_rows) return false;
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(m.w) % 4 ||
       reinterpret_cast<uintptr_t>(m.s) % 2 || reinterpret_cast<uintptr_t>(m.b) % 2)

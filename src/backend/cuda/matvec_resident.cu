@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
 bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s) {
   static const char* env = std::getenv("DELTAQ_MV_RESIDENT");
   static const bool enabled = !(env && env[0] == '0');
-  static const int budget_kb = std::getenv("DELTAQ_MV_RESIDENT_KB") ? std::atoi(std::getenv("DELTAQ_MV_RESIDENT_KB")) : 200;
+  static const int budget_kb = env_int("DELTAQ_MV_RESIDENT_KB", 200);
   if (!enabled || a.n < 1 || gs <= 0 || a.K % 32 != 0 || gs % 8 != 0 || a.K % gs != 0) return false;
   const MatDev& m0 = a.m[0];
   for (int i = 0; i < a.n; ++i) {
@@ -385,8 +385,8 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t srow = size_t(G) * sbytes;
   // DELTAQ_MV_SWIGLU_BLOCKS / DELTAQ_MV_BLOCKS (the kernel lab): fewer blocks than SMs, so
   // that no block waits for an SM still full at the release.
-  static const int cap_swiglu = std::getenv("DELTAQ_MV_SWIGLU_BLOCKS") ? std::atoi(std::getenv("DELTAQ_MV_SWIGLU_BLOCKS")) : 0;
-  static const int cap_other = std::getenv("DELTAQ_MV_BLOCKS") ? std::atoi(std::getenv("DELTAQ_MV_BLOCKS")) : 0;
+  static const int cap_swiglu = env_int("DELTAQ_MV_SWIGLU_BLOCKS", 0);
+  static const int cap_other = env_int("DELTAQ_MV_BLOCKS", 0);
   const int cap = swiglu ? cap_swiglu : cap_other;
   const int blocks = std::min(items, cap > 0 ? std::min(cap, num_sms) : num_sms);
   // The last L blocks take W / 16 of a block's share of the rows (first_item): gate/up's last
@@ -416,7 +416,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   if (m0.lanes && !fast) return false;  // (product_matrix makes only fast-path matrices lanes)
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
-  static const int variant = std::getenv("DELTAQ_MV_RES_VARIANT") ? std::atoi(std::getenv("DELTAQ_MV_RES_VARIANT")) : 3;
+  static const int variant = env_int("DELTAQ_MV_RES_VARIANT", 3);
   using Kernel = void (*)(ProjectArgs, int, int, int, int, int);
   static const Kernel table[4][2] = {{resident_kernel<16, 2, false>, resident_kernel<16, 2, true>},
                                      {resident_kernel<12, 2, false>, resident_kernel<12, 2, true>},
@@ -445,7 +445,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // 8 x's unit integers, 16 the group sums, 32 everything after the wait, 64 wait for the
   // weight copies before the programmatic wait (its "waited" then tells whether they landed
   // before the release; results stay right); to see where a launch's time goes.
-  static const int skip = std::getenv("DELTAQ_MV_RES_SKIP") ? std::atoi(std::getenv("DELTAQ_MV_RES_SKIP")) : 0;
+  static const int skip = env_int("DELTAQ_MV_RES_SKIP", 0);
   const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
@@ -456,18 +456,18 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // gate/up's x phase (H200: 1074 vs 1054 tok/s; after the rows: 1021; for every product: 1086
   // vs 1109).
   // DELTAQ_MV_TRIGGER_SWIGLU / DELTAQ_MV_TRIGGER (the others) override (results never depend on it).
-  static const int trig_swiglu = std::getenv("DELTAQ_MV_TRIGGER_SWIGLU") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_SWIGLU")) : 1;
-  static const int trig_other = std::getenv("DELTAQ_MV_TRIGGER") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER")) : 0;
+  static const int trig_swiglu = env_int("DELTAQ_MV_TRIGGER_SWIGLU", 1);
+  static const int trig_other = env_int("DELTAQ_MV_TRIGGER", 0);
   // Down (the other products wider than 2048 inputs) lets its successor launch once x has
   // arrived: the next layer's in-projections (9.5 MB of copies for a GDN layer's mixer) then
   // stay out of its x phase, which reads x from L2 under that stream (H200, session 15 runs 2-4:
   // 1155 tok/s against 1143 at the start and 1152 after the x phase; after the rows 1114).
   // DELTAQ_MV_TRIGGER_WIDE overrides.
-  static const int trig_wide = std::getenv("DELTAQ_MV_TRIGGER_WIDE") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_WIDE")) : 3;
+  static const int trig_wide = env_int("DELTAQ_MV_TRIGGER_WIDE", 3);
   // Attention's in-projections (the stored products) let the scores kernel launch after x's
   // phase (its early reads of the K cache then stay out of it: H200, session 15 run 5: 1160
   // against 1155 tok/s at the start, 1156 once x has arrived). DELTAQ_MV_TRIGGER_STORE overrides.
-  static const int trig_store = std::getenv("DELTAQ_MV_TRIGGER_STORE") ? std::atoi(std::getenv("DELTAQ_MV_TRIGGER_STORE")) : 1;
+  static const int trig_store = env_int("DELTAQ_MV_TRIGGER_STORE", 1);
   const int trig = swiglu ? trig_swiglu : a.K > 2048 ? trig_wide : a.epi == Epilogue::Store ? trig_store : trig_other;
   launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, trig % 4, tail);
   return true;

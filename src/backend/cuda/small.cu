@@ -110,7 +110,7 @@ bool pdl_enabled() {
 }
 
 int carveout_percent() {
-  static const int c = std::getenv("DELTAQ_CARVEOUT") ? std::atoi(std::getenv("DELTAQ_CARVEOUT")) : 100;
+  static const int c = env_int("DELTAQ_CARVEOUT", 100);
   return c;
 }
 
