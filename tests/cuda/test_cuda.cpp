@@ -124,6 +124,7 @@ TEST(CudaParity, TallProject) {
 TEST(CudaParity, MixedAndSwiGLU) {
   auto t = cuda_target();
   mixed_and_swiglu_cases(t);
+  swiglu_product_cases(t);
 }
 TEST(CudaParity, Embed) {
   auto t = cuda_target();

@@ -261,6 +261,25 @@ inline void decode_shape_cases(std::vector<Target>& targets) {
   }, "decode head");
 }
 
+// gate/up in the products' layout at shapes beside the 2B's (CUDA: the tensor-core rows of the
+// resident kernel): two chunks of 2048 inputs, a pair count that leaves blocks a partial tile of
+// 8 pairs, several tokens, and an x with zero units and a huge input (limbs at their extremes).
+inline void swiglu_product_cases(std::vector<Target>& targets) {
+  Rig rig;
+  for (int K : {2048, 4096})
+    for (int T : {1, 3}) {
+      const int I = K == 2048 ? 1000 : 1540;
+      Matrix gate = rig.matrix(WFormat::Affine, I, K), up = rig.matrix(WFormat::Affine, I, K);
+      Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
+      float* xv = x.as<float>();
+      for (int k = 0; k < 16; ++k) xv[k] = 0.0f;  // two units of zeros (step 0)
+      xv[21] = 3.0e4f;                             // a unit whose other inputs round to small limbs
+      check(rig, targets, {rig.zeros(size_t(T) * I * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+        return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], T});
+      }, "swiglu products K=" + std::to_string(K) + " T=" + std::to_string(T));
+    }
+}
+
 // Tall 4-bit products (the CUDA output-head kernel takes 32768 rows and more, K <= 2048): group
 // sizes 32/64/128, with and without the fused norm, one and two tokens.
 inline void tall_project_cases(std::vector<Target>& targets) {

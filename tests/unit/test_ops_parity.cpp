@@ -42,6 +42,7 @@ TEST(OpsParity, LargeProject) {
 TEST(OpsParity, ProjectMixedOutputsAndSwiGLU) {
   auto t = cpu_targets();
   mixed_and_swiglu_cases(t);
+  swiglu_product_cases(t);
 }
 TEST(OpsParity, Embed) {
   auto t = cpu_targets();
