@@ -11,7 +11,6 @@
 #include <string>
 
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/mma_q4.cuh"
 #include "backend/cuda/q4.cuh"
 #include "ops/numerics.h"
 
@@ -102,126 +101,9 @@ __host__ __device__ __forceinline__ int first_item(int b, int blocks, int items,
   return int(w * items / total);
 }
 
-// MMA (gate/up on the tensor cores, mma_q4.cuh): a block's weight rows in shared memory with
-// row j's 16-byte pieces at piece ^ 4 (j & 1), so that the warp's two rows of a quarter-warp
-// (pairs g and g + 1) read different halves of the banks.
-__device__ __forceinline__ void stage_copy_swizzled(unsigned char* dst, const unsigned char* src, uint32_t rows,
-                                                    uint32_t row_bytes) {
-  // (row, piece) advanced by blockDim pieces a step, without a division a piece: these copies
-  // are issued while the previous kernel still runs.
-  const uint32_t per_row = row_bytes / 16, n = rows * per_row;
-  uint32_t j = threadIdx.x / per_row, c = threadIdx.x - j * per_row;
-  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-    async_copy16(dst + j * row_bytes + ((16 * c) ^ ((j & 1) * 64)), src + 16 * size_t(i));
-    for (c += blockDim.x; c >= per_row; c -= per_row) ++j;
-  }
-}
-
-// gate/up's rows on the tensor cores (MMA; the lane layout, groups of 64, bf16 scales, K a
-// multiple of 2048): warp w takes tiles w, w + WARPS, ... of 8 pairs; thread (g, t) carries
-// gate and up of pair 8 tile + g (A's rows g and g + 8) over canonical lanes 4 kb + t, in
-// affine_dot's order: per lane the units l, l + 32, ... (chunks of 256 units in order), then
-// the bias terms over groups l, l + 32, ..., then butterfly32 (three steps in the thread, two
-// shuffles). x is in make_unit_mma's form at xc (32 bytes a unit).
-template <int WARPS>
-__device__ __forceinline__ void mma_swiglu_rows(float* y, const Seg& sg, const Seg& su, int U, int G, uint32_t srow,
-                                                const unsigned char* smem, const unsigned char* xc, const float* xg,
-                                                int warp, int lane, int skip) {
-  const int g = lane >> 2, t = lane & 3;
-  const MmaLane ml = mma_lane(g, t);
-  const int n = sg.n, tiles = (n + 7) / 8;
-  const uint32_t wrow = uint32_t(U) * 4;
-  for (int tile = warp; tile < tiles; tile += WARPS) {
-    const int p = min(8 * tile + g, n - 1);  // a row past the block's last is computed, not written
-    const unsigned char* wg = smem + sg.w + uint32_t(p) * wrow;
-    const unsigned char* wu = smem + su.w + uint32_t(p) * wrow;
-    const unsigned char* scg = smem + sg.s + uint32_t(p) * srow;
-    const unsigned char* scu = smem + su.s + uint32_t(p) * srow;
-    const unsigned short* big = reinterpret_cast<const unsigned short*>(smem + sg.b + uint32_t(p) * srow);
-    const unsigned short* biu = reinterpret_cast<const unsigned short*>(smem + su.b + uint32_t(p) * srow);
-    const uint32_t swz = uint32_t(p & 1) * 64;
-    // One canonical lane's chain of both rows (units l, l + 32, ..., then the bias terms).
-    auto lane_value = [&](int kb, float& vg, float& vu) {
-      const int l = 4 * kb + t;
-      float accg = 0.0f, accu = 0.0f;
-      if ((skip & 128) && kb > 0) {  // the lab: one lane of eight
-        vg = vu = 0.0f;
-        return;
-      }
-#pragma unroll 1
-      for (int c = 0; c < U; c += 256) {
-        const uint32_t cb = uint32_t(c) * 4;
-        const uint4 g0 = *reinterpret_cast<const uint4*>(wg + cb + ((16u * l) ^ swz));
-        const uint4 g1 = *reinterpret_cast<const uint4*>(wg + cb + 512 + ((16u * l) ^ swz));
-        const uint4 u0 = *reinterpret_cast<const uint4*>(wu + cb + ((16u * l) ^ swz));
-        const uint4 u1 = *reinterpret_cast<const uint4*>(wu + cb + 512 + ((16u * l) ^ swz));
-        const uint4 sgw = *reinterpret_cast<const uint4*>(scg + (c >> 2) + (l >> 3) * 16);
-        const uint4 suw = *reinterpret_cast<const uint4*>(scu + (c >> 2) + (l >> 3) * 16);
-        const uint32_t wgs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-        const uint32_t wus[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-        const uint32_t sgs[4] = {sgw.x, sgw.y, sgw.z, sgw.w}, sus[4] = {suw.x, suw.y, suw.z, suw.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          float p0, p1;
-          if (skip & 512) {  // the lab: no mma
-            p0 = __int2float_rn(int(wgs[i] & 0xFFFF)) * __uint_as_float(sgs[0]);
-            p1 = __int2float_rn(int(wus[i] & 0xFFFF)) * __uint_as_float(sus[0]);
-          } else {
-            unit_q4_mma(wgs[i], wus[i], xc + size_t(c + 32 * i + l) * 32, ml, p0, p1);
-          }
-          const float fg = i & 1 ? bf16_hi(sgs[i >> 1]) : bf16_lo(sgs[i >> 1]);
-          const float fu = i & 1 ? bf16_hi(sus[i >> 1]) : bf16_lo(sus[i >> 1]);
-          accg = fmaf(fg, p0, accg);
-          accu = fmaf(fu, p1, accu);
-        }
-      }
-      float bg = 0.0f, bu = 0.0f;
-#pragma unroll 1
-      for (int gg = l; gg < G && !(skip & 256); gg += 32) {
-        bg = fmaf(__uint_as_float(uint32_t(big[gg]) << 16), xg[gg], bg);
-        bu = fmaf(__uint_as_float(uint32_t(biu[gg]) << 16), xg[gg], bu);
-      }
-      vg = accg + bg;
-      vu = accu + bu;
-    };
-    // butterfly32 as the lanes arrive: lanes l + 16, l + 8, l + 4 are kb + 4, kb + 2, kb + 1 of
-    // this thread, so taking kb in bit-reversed order (0 4 2 6 1 5 3 7) makes the tree's pairs
-    // consecutive: each sum is added as soon as both halves are made (a + b == b + a). A loop,
-    // not unrolled: unrolled, each of the eight lanes took ~2.3 us (the code runs once a launch,
-    // cold; see docs/bench.md, session 18).
-    float gv = 0.0f, uv = 0.0f, h16g = 0.0f, h16u = 0.0f, h8g = 0.0f, h8u = 0.0f, h4g = 0.0f, h4u = 0.0f;
-#pragma unroll 1
-    for (int j = 0; j < 8; ++j) {
-      const int kb = ((j & 1) << 2) | (j & 2) | ((j >> 2) & 1);
-      lane_value(kb, gv, uv);
-      if (!(j & 1)) {
-        h16g = gv, h16u = uv;
-        continue;
-      }
-      gv = h16g + gv, uv = h16u + uv;  // lanes l + 16 in
-      if (!(j & 2)) {
-        h8g = gv, h8u = uv;
-        continue;
-      }
-      gv = h8g + gv, uv = h8u + uv;  // l + 8
-      if (!(j & 4)) {
-        h4g = gv, h4u = uv;
-        continue;
-      }
-      gv = h4g + gv, uv = h4u + uv;  // l + 4
-    }
-    gv = gv + __shfl_xor_sync(0xffffffffu, gv, 2);
-    uv = uv + __shfl_xor_sync(0xffffffffu, uv, 2);
-    gv = gv + __shfl_xor_sync(0xffffffffu, gv, 1);
-    uv = uv + __shfl_xor_sync(0xffffffffu, uv, 1);
-    if (t == 0 && 8 * tile + g < n) y[sg.r0 + 8 * tile + g] = num::silu(gv) * uv;
-  }
-}
-
 // GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
-// LANES: the matrices are in the lane layout (q4.cuh; FAST only). MMA: gate/up's rows on the
-// tensor cores (mma_swiglu_rows; SwiGLU, LANES and groups of 64 only).
-template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false, bool MMA = false>
+// LANES: the matrices are in the lane layout (q4.cuh; FAST only).
+template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
@@ -292,11 +174,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     if (i < nseg && seg[i].n > 0 && !(skip & 1)) {
       const MatDev& m = a.m[seg[i].m];
       const size_t r0 = size_t(seg[i].r0);
-      if constexpr (MMA) {
-        stage_copy_swizzled(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n, wrow);
-      } else {
-        stage_copy(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow);
-      }
+      stage_copy(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow);
       stage_copy(smem + seg[i].s, static_cast<const unsigned char*>(m.s) + r0 * srow, seg[i].n * srow);
       stage_copy(smem + seg[i].b, static_cast<const unsigned char*>(m.b) + r0 * srow, seg[i].n * srow);
     }
@@ -348,8 +226,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       if (skip & 8) {
         xa[u] = make_uint4(0, 0, 0, 0);
         xb[u] = xa[u];
-      } else if constexpr (MMA) {
-        make_unit_mma(v0, v1, xa[2 * u], xa[2 * u + 1]);  // (over xa and xb: 32 bytes a unit)
       } else {
         make_unit_q4(v0, v1, xa[u], xb[u]);
       }
@@ -438,9 +314,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
 
     if (skip & 2) {
       if (threadIdx.x == 0) a.m[seg[0].m].y[seg[0].r0] = 0.0f;
-    } else if (MMA && swiglu) {
-      mma_swiglu_rows<WARPS>(a.m[0].y + size_t(t) * a.m[0].rows, seg[0], seg[1], U, G, srow, smem,
-                             reinterpret_cast<const unsigned char*>(xa), xg, warp, lane, skip);
     } else if (swiglu) {
       const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
@@ -558,30 +431,22 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // streaming kernels).
   static const Kernel lanes_g64 = resident_kernel<8, 2, true, 6, true>;
   static const Kernel lanes_any = resident_kernel<8, 2, true, -1, true>;
-  // gate/up on the tensor cores (DELTAQ_MV_MMA=1; measured slower than the dp4a rows, session 18).
-  static const Kernel mma_g64 = resident_kernel<8, 2, true, 6, true, true>;
-  static const Kernel mma_g64_1 = resident_kernel<8, 1, true, 6, true, true>;  // (the lab: DELTAQ_MV_MMA=2)
-  static const int mma_knob = env_int("DELTAQ_MV_MMA", 0);
-  static const bool mma = mma_knob != 0;
   if (m0.lanes && v != 3) return false;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    for (Kernel k : {fast_g64, lanes_g64, lanes_any, mma_g64, mma_g64_1})
+    for (Kernel k : {fast_g64, lanes_g64, lanes_any})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): MMA rows: 128 one lane
-  // of eight, 256 no bias terms, 512 no mma; bits 1 skip the weight
+  // DELTAQ_MV_RES_SKIP (the kernel lab only; results are then wrong): bits 1 skip the weight
   // copies, 2 the row products, 4 the RMSNorm's scaling (r = 1; warp 0 still makes the sum),
   // 8 x's unit integers, 16 the group sums, 32 everything after the wait, 64 wait for the
   // weight copies before the programmatic wait (its "waited" then tells whether they landed
   // before the release; results stay right); to see where a launch's time goes.
   static const int skip = env_int("DELTAQ_MV_RES_SKIP", 0);
-  const bool use_mma = mma && swiglu && m0.lanes && m0.gs_shift == 6 && a.K % 2048 == 0;
-  const Kernel k = use_mma ? (mma_knob == 2 ? mma_g64_1 : mma_g64)
-                  : m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
+  const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
   // Where the next kernel may launch: 0 at the start (its weight copies then overlap this
