@@ -261,9 +261,9 @@ inline void decode_shape_cases(std::vector<Target>& targets) {
   }, "decode head");
 }
 
-// gate/up in the products' layout at shapes beside the 2B's (CUDA: the tensor-core rows of the
-// resident kernel): two chunks of 2048 inputs, a pair count that leaves blocks a partial tile of
-// 8 pairs, several tokens, and an x with zero units and a huge input (limbs at their extremes).
+// gate/up in the products' layout (CUDA: the resident kernel's lane layout) at shapes beside the
+// 2B's: one and two chunks of 2048 inputs, pair counts that split unevenly over the blocks,
+// several tokens, and an x with zero units and a huge input (x's limbs at their extremes).
 inline void swiglu_product_cases(std::vector<Target>& targets) {
   Rig rig;
   for (int K : {2048, 4096})
