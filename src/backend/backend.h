@@ -15,6 +15,11 @@ class Backend {
 
   // Zero-filled working memory.
   virtual Buffer alloc(size_t bytes, const std::string& name) = 0;
+  // A small zero-filled buffer that ops write and the host reads back often (a step's token id):
+  // on CUDA mapped pinned host memory, so that a Read of it needs no copy in the stream (a copy
+  // between two decode steps delays the next one). Such a Read copies at the wait that completes
+  // it, not in stream order: no op issued after the Read may write the buffer before that wait.
+  virtual Buffer alloc_readback(size_t bytes, const std::string& name) { return alloc(bytes, name); }
   // A copy of host bytes in backend memory.
   virtual Buffer upload(const void* host, size_t bytes, const std::string& name) = 0;
   // Weights: used in place where the backend can read host memory (the CPU: no second copy;

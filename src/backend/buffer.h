@@ -14,6 +14,9 @@ struct BufferStorage {
   void* ptr = nullptr;  // host or device address, depending on the backend
   size_t bytes = 0;
   std::string name;
+  // The host reads ptr itself (no copy in the stream): a Read of it is a host copy at the wait
+  // that completes the Read (Backend::alloc_readback).
+  bool host_visible = false;
 };
 using Buffer = std::shared_ptr<BufferStorage>;
 

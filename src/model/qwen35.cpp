@@ -80,7 +80,8 @@ Activations Qwen35::new_activations(Backend& be, int n, bool all_logits) const {
   a.scores = f32(N * d.n_heads * size_t(max_ctx_), "scores");
   a.ffn = f32(N * cfg_.intermediate_size, "ffn");
   a.logits = f32((all_logits ? N : 1) * size_t(cfg_.vocab_size), "logits");
-  a.next = f32(1, "next");
+  a.next = Ref{be.alloc_readback(4, "next")};
+  a.bytes += 4;
   return a;
 }
 

@@ -48,8 +48,14 @@ std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions
   e->state_ = e->model_->new_state(*e->be_);
   e->act_ = e->model_->new_activations(*e->be_, std::min(opt.prefill_chunk, ctx), false);
   e->act1_ = e->model_->new_activations(*e->be_, 1, false);
+  e->step_next_[0] = e->act1_.next;
+  e->step_next_[1] = Ref{e->be_->alloc_readback(4, "next (second step slot)")};
   if (opt.use_graph)
-    e->step_graph_ = e->q_->capture([&] { e->model_->forward(*e->q_, e->state_, e->act1_, 1, false, e->act1_.tokens); });
+    for (int slot = 0; slot < 2; ++slot) {
+      Activations a = e->act1_;
+      a.next = e->step_next_[slot];
+      e->step_graph_[slot] = e->q_->capture([&] { e->model_->forward(*e->q_, e->state_, a, 1, false, e->act1_.tokens); });
+    }
   e->reset();
   return e;
 }
@@ -124,24 +130,36 @@ void Engine::drop_ahead() {
   spare_u_ = u;
 }
 
-void Engine::issue_ahead() {
-  q_->replay(*step_graph_);
+void Engine::replay_step(int slot) {
+  if (step_graph_[slot]) {
+    q_->replay(*step_graph_[slot]);
+  } else {
+    Activations a = act1_;
+    a.next = step_next_[slot];
+    model_->forward(*q_, state_, a, 1, false, act1_.tokens);
+  }
+  last_slot_ = slot;
   logits_in_chunk_ = false;
+}
+
+void Engine::issue_ahead() {
   ahead_slot_ ^= 1;
-  q_->go(op::Read{act1_.next.buf, 0, 4, &ahead_next_[ahead_slot_]});
+  replay_step(ahead_slot_);
+  q_->go(op::Read{step_next_[ahead_slot_].buf, 0, 4, &ahead_next_[ahead_slot_]});
   ahead_mark_ = q_->mark();
   ahead_ = fed_ahead_ = true;
   ahead_draw_ = false;
 }
 
-void Engine::issue_draw(const DrawParams& d, double u, bool feed) {
+void Engine::issue_draw(const DrawParams& d, double u, bool feed, int slot) {
   const int V = config().vocab_size;
-  if (!drawn_) drawn_ = be_->alloc(4, "drawn");
+  if (!drawn_[slot]) drawn_[slot] = be_->alloc_readback(4, "drawn");
+  const Ref drawn{drawn_[slot]};
   // feed: the drawn id becomes the next step's input (act1_.tokens) unless the draw declines;
   // then the input is the argmax the graph wrote there.
   const Ref out2 = feed ? Ref{act1_.tokens} : Ref{};
   if (d.plain()) {
-    q_->go(op::SampleDraw{act1_.logits, V, d.temperature, d.min_p, u, Ref{drawn_}, out2, Ref{}});
+    q_->go(op::SampleDraw{act1_.logits, V, d.temperature, d.min_p, u, drawn, out2, Ref{}});
     return;
   }
   const int k = d.top_k + 1;  // (top_k >= 1: step_draw checked)
@@ -150,7 +168,7 @@ void Engine::issue_draw(const DrawParams& d, double u, bool feed) {
     top_vals_ = be_->alloc(op::TopK::kMax * 4, "top_vals");
   }
   q_->go(op::TopK{act1_.logits, V, k, Ref{top_ids_}, Ref{top_vals_}});
-  q_->go(op::TopDraw{Ref{top_ids_}, Ref{top_vals_}, Ref{}, k, d.top_k, d.temperature, d.top_p, d.min_p, u, Ref{drawn_},
+  q_->go(op::TopDraw{Ref{top_ids_}, Ref{top_vals_}, Ref{}, k, d.top_k, d.temperature, d.top_p, d.min_p, u, drawn,
                      out2});
 }
 
@@ -161,11 +179,10 @@ void Engine::check_draw(const DrawParams& d) const {
 }
 
 void Engine::issue_draw_ahead(const DrawParams& d, double u) {
-  q_->replay(*step_graph_);
-  logits_in_chunk_ = false;
   ahead_slot_ ^= 1;
-  issue_draw(d, u, true);
-  q_->go(op::Read{drawn_, 0, 4, &ahead_next_[ahead_slot_]});
+  replay_step(ahead_slot_);
+  issue_draw(d, u, true, ahead_slot_);
+  q_->go(op::Read{drawn_[ahead_slot_], 0, 4, &ahead_next_[ahead_slot_]});
   ahead_mark_ = q_->mark();
   ahead_ = fed_ahead_ = true;
   ahead_draw_ = true;
@@ -261,7 +278,7 @@ int32_t Engine::step(int32_t token, std::vector<float>* logits) {
 
 int32_t Engine::step_greedy() {
   if (fed_ahead_ && ahead_draw_) sync();  // after step_draw_ahead: its last id is the input on the device
-  if (!step_graph_ || !q_->overlaps()) {
+  if (!step_graph_[0] || !q_->overlaps()) {
     settle();
     if (pos_ + 1 > max_ctx())
       fail("context is full: {} tokens + 1 new exceed the context of {} tokens (raise --ctx)", pos_, max_ctx());
@@ -320,7 +337,7 @@ int32_t Engine::step_draw(int32_t token, const DrawParams& d, double u) {
   int32_t next = 0, id = -1;
   const bool fresh = issue_step(token, &next);
   issue_draw(d, u, false);
-  q_->go(op::Read{drawn_, 0, 4, &id});
+  q_->go(op::Read{drawn_[0], 0, 4, &id});
   finish_step(fresh, token);
   last_next_ = next;
   return id;
@@ -339,7 +356,7 @@ int32_t Engine::step_draw_ahead(int32_t token, const DrawParams& d, const std::f
     spare_u_.reset();
     return v;
   };
-  if (!step_graph_ || !q_->overlaps()) {
+  if (!step_graph_[0] || !q_->overlaps()) {
     const double v = take_u();
     if (u) *u = v;
     return step_draw(token, d, v);
@@ -356,7 +373,7 @@ int32_t Engine::step_draw_ahead(int32_t token, const DrawParams& d, const std::f
       if (u) *u = v;
       int32_t id = -1;
       issue_draw(d, v, false);
-      q_->go(op::Read{drawn_, 0, 4, &id});
+      q_->go(op::Read{drawn_[0], 0, 4, &id});
       q_->wait();
       last_next_ = id;
       return id;
@@ -404,11 +421,10 @@ bool Engine::issue_step(int32_t token, int32_t* next) {
     const int32_t one[1] = {token};
     check_ids(one);
     write_tokens(act1_, one);
-    if (step_graph_) q_->replay(*step_graph_);
-    else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
-    logits_in_chunk_ = false;
+    replay_step(0);
   }
-  q_->go(op::Read{act1_.next.buf, 0, 4, next});
+  // (fed: the step issued ahead wrote its argmax into its slot's buffer)
+  q_->go(op::Read{step_next_[last_slot_].buf, 0, 4, next});
   return !fed;
 }
 
@@ -429,11 +445,9 @@ void Engine::read_logits(std::vector<float>* logits) {
 }
 
 int32_t Engine::run_step(std::vector<float>* logits, int32_t token) {
-  if (step_graph_) q_->replay(*step_graph_);
-  else model_->forward(*q_, state_, act1_, 1, false, act1_.tokens);
-  logits_in_chunk_ = false;
+  replay_step(0);
   int32_t next = 0;
-  q_->go(op::Read{act1_.next.buf, 0, 4, &next});
+  q_->go(op::Read{step_next_[0].buf, 0, 4, &next});
   if (logits) {
     logits->resize(config().vocab_size);
     q_->go(op::Read{act1_.logits.buf, 0, size_t(config().vocab_size) * 4, logits->data()});

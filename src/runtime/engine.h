@@ -123,8 +123,11 @@ class Engine {
   // The same for a draw: the step fed from the device, its draw (op::SampleDraw writing the
   // next input) with uniform u, and the read of the drawn id.
   void issue_draw_ahead(const DrawParams& d, double u);
-  // The draw's ops on the step's logits into drawn_ (feed: also as the next step's input).
-  void issue_draw(const DrawParams& d, double u, bool feed);
+  // The draw's ops on the step's logits into drawn_[slot] (feed: also as the next step's input).
+  void issue_draw(const DrawParams& d, double u, bool feed, int slot = 0);
+  // Issues the decode step (the recorded graph of `slot`, or the forward): its argmax lands in
+  // step_next_[slot].
+  void replay_step(int slot);
   void check_draw(const DrawParams& d) const;
   // After settle(): the state without the token fed ahead (a prefill of the history).
   void drop_ahead();
@@ -142,9 +145,14 @@ class Engine {
   SequenceState state_;
   Activations act_;   // prefill chunks
   Activations act1_;  // decode step (its graph is recorded once)
-  std::unique_ptr<Graph> step_graph_;
+  // The decode step recorded twice, its argmax into step_next_[0] (act1_.next) or [1]: two
+  // steps in flight read theirs back from different readback buffers (Backend::alloc_readback:
+  // the host copies them at the wait, after the next step may have started).
+  std::unique_ptr<Graph> step_graph_[2];
+  Ref step_next_[2];
+  int last_slot_ = 0;  // the slot of the last step issued
   Buffer top_ids_, top_vals_;  // op::TopK results of a step
-  Buffer drawn_, total_;       // op::SampleDraw results of a step
+  Buffer drawn_[2], total_;    // op::SampleDraw results of a step (readback; [1]: issued ahead in turn)
   int pos_ = 0;
   std::vector<int32_t> history_;  // tokens the state holds
   bool history_ok_ = true;        // false while (or after) a call that changes the state failed

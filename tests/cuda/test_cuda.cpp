@@ -224,6 +224,7 @@ TEST(CudaQueue, PartialWaitsDeliverAndReleaseOnlyWhatIsBeforeTheMark) {
   auto be = make_cuda_backend();
   queue_cases::partial_waits(*be);
   queue_cases::many_segments(*be);
+  queue_cases::readback_buffers(*be);
 }
 
 // A device error before a mark, with ops issued after it: the partial wait rethrows it, and

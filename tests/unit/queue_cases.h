@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -68,6 +69,45 @@ inline void many_segments(Backend& be) {
   }
   q->wait();
   for (int i = n / 2; i < n; ++i) EXPECT_EQ(got[i][words - 8], src[words - 8 + i % 7]) << i;
+}
+
+// Readback buffers (Backend::alloc_readback): ops write them in place and the host reads them
+// at the wait. The engine's pattern: two of them taken in turn, each step's read issued before
+// the previous step is waited for; handles dropped before the wait; a Write into one.
+inline void readback_buffers(Backend& be) {
+  auto q = be.make_queue();
+  std::weak_ptr<BufferStorage> watch;
+  int32_t seen[9];
+  {
+    Ref slot[2] = {Ref{be.alloc_readback(4, "next0")}, Ref{be.alloc_readback(4, "next1")}};
+    watch = slot[1].buf;
+    uint64_t marks[9];
+    for (int i = 0; i < 9; ++i) {
+      seen[i] = -1;
+      const Ref& r = slot[i % 2];
+      if (i < 2) q->go(op::Zero{r.buf});
+      q->go(op::AdvancePos{r, i + 1});
+      q->go(op::Read{r.buf, 0, 4, &seen[i]});
+      marks[i] = q->mark();
+      if (i > 0) q->wait_for(marks[i - 1]);
+    }
+    q->wait();
+  }
+  // slot 0 took 1, 3, 5, 7, 9 and slot 1 took 2, 4, 6, 8, in turn.
+  const int32_t want[9] = {1, 2, 4, 6, 9, 12, 16, 20, 25};
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(seen[i], want[i]) << i;
+  EXPECT_TRUE(watch.expired());
+  Ref w{be.alloc_readback(8, "written")};
+  op::Write wr{w.buf, 4, std::vector<uint8_t>(4)};
+  const int32_t v = 41;
+  std::memcpy(wr.bytes.data(), &v, 4);
+  q->go(std::move(wr));
+  q->go(op::AdvancePos{w.at(1), 1});
+  int32_t got[2] = {-1, -1};
+  q->go(op::Read{w.buf, 0, 8, got});
+  q->wait();
+  EXPECT_EQ(got[0], 0);  // zero-filled
+  EXPECT_EQ(got[1], 42);
 }
 
 }  // namespace queue_cases

@@ -158,6 +158,7 @@ TEST(Queue, PartialWaitsDeliverAndReleaseOnlyWhatIsBeforeTheMark) {
     auto be = make_cpu_backend(k, 2);
     queue_cases::partial_waits(*be);
     queue_cases::many_segments(*be);
+    queue_cases::readback_buffers(*be);
   }
 }
 

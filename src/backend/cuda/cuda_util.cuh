@@ -25,10 +25,13 @@ inline int env_int(const char* name, int dflt) {
 }
 
 // Device-side input errors (a token id out of range, ...) are recorded here by the kernels and
-// turned into a dq::Error naming the op at the next wait.
+// turned into a dq::Error at the next wait. The record is in device memory (the first error
+// wins by an atomic); its winner copies it into `mirror`, mapped host memory that the host reads
+// at the wait, so that no copy of the record has to run in the stream between two steps.
 struct DeviceError {
   int code;  // 0 = none
   int a, b;
+  DeviceError* mirror;  // (in the device record only)
 };
 enum : int { kErrNone = 0, kErrTokenRange = 1, kErrContextFull = 2 };
 
@@ -36,6 +39,12 @@ __device__ __forceinline__ void report_error(DeviceError* e, int code, int a, in
   if (atomicCAS(&e->code, 0, code) == 0) {
     e->a = a;
     e->b = b;
+    if (DeviceError* m = e->mirror) {
+      m->a = a;
+      m->b = b;
+      __threadfence_system();  // a and b are visible before the code that says they are set
+      m->code = code;
+    }
   }
 }
 
