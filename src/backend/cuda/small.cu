@@ -70,7 +70,7 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
   return (static_cast<unsigned long long>(b) << 32) | (0xFFFFFFFFu - uint32_t(i));
 }
 
-__global__ void argmax_kernel(const float* x, int n, unsigned long long* key, bool per_block) {
+__global__ void argmax_kernel(const float* x, int n, unsigned long long* key) {
   pdl_trigger();
   pdl_wait();
   unsigned long long best = 0;
@@ -82,18 +82,7 @@ __global__ void argmax_kernel(const float* x, int n, unsigned long long* key, bo
     unsigned long long o = __shfl_xor_sync(0xffffffffu, best, m);
     best = o > best ? o : best;
   }
-  if (!per_block) {
-    if ((threadIdx.x & 31) == 0 && best) atomicMax(key, best);
-    return;
-  }
-  // One atomic per block (same-address atomics from every warp queue at one L2 slice).
-  __shared__ unsigned long long warp_best[32];
-  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x >> 5); ++w) best = warp_best[w] > best ? warp_best[w] : best;
-    if (best) atomicMax(key, best);
-  }
+  if ((threadIdx.x & 31) == 0 && best) atomicMax(key, best);
 }
 
 // Writes the result and puts the key back to 0 for the next argmax (the queue zeroes it once).
@@ -146,9 +135,7 @@ void launch_embed(const EmbedArgs& a, cudaStream_t s) {
 void launch_argmax(const float* x, int n, int32_t* out, int32_t* out2, unsigned long long* key, int num_sms,
                    cudaStream_t s) {
   const int blocks = std::max(1, std::min((n + 255) / 256, num_sms * 2));
-  // DELTAQ_ARGMAX_BLOCK=0: an atomic per warp (the result is the same: a max of keys).
-  static const bool per_block = env_int("DELTAQ_ARGMAX_BLOCK", 1) != 0;
-  launch_kernel(argmax_kernel, blocks, 256, 0, s, x, n, key, per_block);
+  launch_kernel(argmax_kernel, blocks, 256, 0, s, x, n, key);
   launch_kernel(argmax_finish, 1, 1, 0, s, key, out, out2);
 }
 
