@@ -223,6 +223,34 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   } while (!done);
 }
 
+// Waits as mbar_wait, with acquire at cluster scope: for bytes other blocks of the cluster
+// stored by st.async (their complete_tx releases at cluster scope).
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, unsigned parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Makes barrier initialisations visible to the cluster (before the cluster's first barrier).
+__device__ __forceinline__ void mbar_init_fence_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Stores v at `dst` (this block's address of a shared variable) in block `rank` of the cluster
+// and counts its 4 bytes on that block's barrier `bar` (st.async): no fence, no cluster barrier;
+// the receiver waits on its barrier for every byte it expects (mbar_wait_cluster).
+__device__ __forceinline__ void push_f32(float* dst, unsigned rank, float v, uint64_t* bar) {
+  uint32_t d, b;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(smem_addr(dst)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(b) : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(d),
+               "r"(__float_as_uint(v)), "r"(b)
+               : "memory");
+}
+
 __device__ __forceinline__ float warp_butterfly(float v) {
   // The canonical 32-lane butterfly (numerics.h butterfly32): lane l adds lane l ^ m.
   for (int m = 16; m >= 1; m >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, m);

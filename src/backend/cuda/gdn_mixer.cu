@@ -9,15 +9,15 @@
 // and a rows) into shared memory before the programmatic wait (as the resident mat-vec),
 // computes them against the normalised x with the resident kernel's dot, convolves each q, k,
 // v channel in the lane that computed it, and pushes q's and k's into every block of the
-// cluster (distributed shared memory); block 0 computes the gates from b and a and pushes
-// them too. After a cluster barrier warp 0 normalises k and runs the delta rule of the block's
-// CB state columns (its own v channels), warp 1 normalises q meanwhile, and the other warps
-// write the updated columns to S once warp 0 has the deltas; the outputs are pushed, and after
-// a second barrier each block applies the gated RMSNorm to its CB outputs (its own z rows).
+// cluster (distributed shared memory, st.async: each store is counted on the receiver's
+// mbarrier, so no cluster barrier and no memory fence stands between the phases); block 0
+// computes the gates from b and a and pushes them too. Once a block has received them all,
+// its warp 0 normalises k and runs the delta rule of the block's CB state columns (its own v
+// channels), warp 1 normalises q meanwhile, and the other warps write the updated columns to S
+// once warp 0 has the deltas; the outputs are pushed the same way, and each block applies the
+// gated RMSNorm to its CB outputs (its own z rows) once the head's outputs are all there.
 // Everything the two ops write is written (projections, conv output, rolled conv state, S,
 // output), with the reference's arithmetic and order, so results equal it bit for bit.
-#include <cooperative_groups.h>
-
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
@@ -25,8 +25,6 @@
 #include "ops/numerics.h"
 
 namespace dq::cuda {
-
-namespace cg = cooperative_groups;
 
 DQ_TIMELINE_FILE
 
@@ -42,6 +40,11 @@ constexpr uint32_t kWRow = kK / 2, kSRow = kG * 2;  // bytes of a row's words an
 template <int SL>
 struct alignas(16) MixerShared {
   static constexpr int CB = kDK / SL;
+  // What other blocks (and this block's other warps) store here arrives by st.async, counted on
+  // two barriers: q, k, the gates and its own v and z channels (kPushQK bytes), then the
+  // head's outputs (kPushO bytes).
+  static constexpr uint32_t kPushQK = 4 * (2 * kDK + 2 + 2 * CB), kPushO = 4 * kDK;
+  uint64_t bar_qk, bar_o;
   float sS[CB * kST];          // its state columns, column-major (column j at j * kST)
   float qu[kDK], ku[kDK];      // the head's q and k after conv + SiLU (pushed by every block)
   float qn[kDK], kn[kDK];      // normalised
@@ -74,10 +77,6 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   // trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after x's
   // phase, 2 after the rows.
   if (trigger == 0) pdl_trigger();
-  // This block has started (a block's shared memory may be written by the others only then);
-  // waited for just before the first remote store, long after every block arrived.
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-
   // Shared memory: x's unit integers (make_unit_q4's split layout), unit sums (unused but for
   // the sum of squares' handover), group sums, x as given, the fixed part, the weight rows
   // (q, k, v, z: CB rows each, then b and a): words, then scales, then biases.
@@ -88,6 +87,17 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   float* raw = xg + kU;
   Fix& f = *reinterpret_cast<Fix*>(raw + kK);
   unsigned char* wsm = reinterpret_cast<unsigned char*>(&f + 1);
+  // The push barriers (parity 0: the one arrival here, then the bytes). Then: this block has
+  // started and its barriers are set (a block's shared memory may be written by the others only
+  // then); waited for just before the first remote store, long after every block arrived.
+  if (threadIdx.x == 0) {
+    mbar_init(&f.bar_qk, 1);
+    mbar_arrive_expect(&f.bar_qk, Fix::kPushQK);
+    mbar_init(&f.bar_o, 1);
+    mbar_arrive_expect(&f.bar_o, Fix::kPushO);
+    mbar_init_fence_cluster();
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   constexpr size_t so = size_t(ROWS) * kWRow, bo = so + size_t(ROWS) * kSRow;
 
   // Nothing before the wait depends on earlier kernels: the weight rows, the conv weights, the
@@ -108,10 +118,10 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   }
   auto chan = [&](int r) { return (r / CB) * H * kDK + hv * kDK + c0 + r % CB; };  // conv channel of row r < 3 CB
   for (int i = threadIdx.x; i < 3 * CB * kKC; i += blockDim.x)
-    f.cw[i / kKC][i % kKC] = g.conv_w[size_t(chan(i / kKC)) * kKC + i % kKC];
+    async_copy4(&f.cw[i / kKC][i % kKC], g.conv_w + size_t(chan(i / kKC)) * kKC + i % kKC);
   auto load_state = [&] {
     for (int i = threadIdx.x; i < (kKC - 1) * 3 * CB; i += blockDim.x)
-      f.cst[i / (3 * CB)][i % (3 * CB)] = g.conv_state[size_t(i / (3 * CB)) * C + chan(i % (3 * CB))];
+      async_copy4(&f.cst[i / (3 * CB)][i % (3 * CB)], g.conv_state + size_t(i / (3 * CB)) * C + chan(i % (3 * CB)));
     // S is [i][column] in memory: a warp's copies read 32 / CB rows' CB columns at a time.
     const float* Sg = g.S + size_t(hv) * kDK * kDK + c0;
     for (int c = threadIdx.x; c < kDK * CB; c += blockDim.x)
@@ -184,7 +194,6 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   // The rows, two a warp (pairs never straddle a part: CB is even); lane 0 has the pair's
   // first row, lane 16 its second. Each row's epilogue: the projection's output, then for q, k
   // and v the conv + SiLU of its channel (gdn.cu's order) and the rolled conv state.
-  cg::cluster_group cl = cg::this_cluster();
   const int npairs = 2 * CB + (sl == 0 ? 1 : 0);
   const uint32_t* w = reinterpret_cast<const uint32_t*>(wsm);
   using S = const unsigned short*;
@@ -207,34 +216,33 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       for (int j = 0; j + 1 < kKC - 1; ++j) g.conv_state[size_t(j) * C + ch] = f.cst[j + 1][r];
       g.conv_state[size_t(kKC - 2) * C + ch] = y;
       if (part == 2) {
-        f.vloc[c] = uv;
+        push_f32(&f.vloc[c], sl, uv, &f.bar_qk);
       } else {
         float* dst = part == 0 ? f.qu : f.ku;
 #pragma unroll
-        for (int b = 0; b < SL; ++b) cl.map_shared_rank(dst, b)[c0 + c] = uv;
+        for (int b = 0; b < SL; ++b) push_f32(&dst[c0 + c], b, uv, &f.bar_qk);
       }
     } else if (r < 4 * CB) {
       p.m[1].y[hv * kDK + c0 + r - 3 * CB] = y;
-      f.zloc[r - 3 * CB] = num::silu(y);
+      push_f32(&f.zloc[r - 3 * CB], sl, num::silu(y), &f.bar_qk);
     } else {  // the gates, here rather than after the barrier (the reference's arithmetic)
       const int which = r - 4 * CB;  // 0: b, 1: a
       p.m[2 + which].y[hv] = y;
       const float gate = which == 0 ? num::sigmoid(y) : num::exp(A_neg * num::softplus(y + dt_bias));
 #pragma unroll
-      for (int b = 0; b < SL; ++b) cl.map_shared_rank(f.gates, b)[which] = gate;
+      for (int b = 0; b < SL; ++b) push_f32(&f.gates[which], b, gate, &f.bar_qk);
     }
   }
   DQ_MARK();
-  cl.sync();  // the head's q, k and gates are in every block (release / acquire)
   if (trigger == 2) pdl_trigger();
-  DQ_MARK();
 
-  // Warp 0 normalises k and lanes < CB run the delta rule of columns c0 + lane in the
-  // reference's order: the decay, the read-out m against k, delta = beta * (v - m), the updated
-  // column's read-out against q. Warp 1 normalises q meanwhile (named barrier 2). The other
-  // warps wait for the deltas (named barrier 1) and write the updated columns to S, each
-  // element as the reference makes it, while warp 0 reads out. The norms: lane l owns
-  // channels l + 32 p (the canonical sum of squares).
+  // Once every pushed value is here (bar_qk), warp 0 normalises k and lanes < CB run the delta
+  // rule of columns c0 + lane in the reference's order: the decay, the read-out m against k,
+  // delta = beta * (v - m), the updated column's read-out against q. Warp 1 normalises q
+  // meanwhile (named barrier 2). The other warps wait for the deltas (named barrier 1: warp 0
+  // has seen the gates) and write the updated columns to S, each element as the reference
+  // makes it, while warp 0 reads out. The norms: lane l owns channels l + 32 p (the canonical
+  // sum of squares).
   constexpr int kAll = kWarps * 32;
   auto normalise = [&](const float* in, float* out, bool is_q) {
     float v[4], ss = 0.0f;
@@ -247,8 +255,10 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
 #pragma unroll
     for (int q = 0; q < 4; ++q) out[lane + 32 * q] = is_q ? (v[q] * r) * (1.0f / sqrtf(float(kDK))) : v[q] * r;
   };
-  const float beta = f.gates[0], alpha = f.gates[1];
+  if (warp < 2) mbar_wait_cluster(&f.bar_qk, 0);
+  DQ_MARK();
   if (warp == 0) {
+    const float beta = f.gates[0], alpha = f.gates[1];
     normalise(f.ku, f.kn, false);
     __syncwarp();
     const float4* col = reinterpret_cast<const float4*>(f.sS + (lane < CB ? lane : 0) * kST);
@@ -293,7 +303,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
         }
       }
 #pragma unroll
-      for (int b = 0; b < SL; ++b) cl.map_shared_rank(f.o_all, b)[c0 + lane] = o;
+      for (int b = 0; b < SL; ++b) push_f32(&f.o_all[c0 + lane], b, o, &f.bar_o);
     }
   } else {
     if (warp == 1) {
@@ -302,6 +312,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       asm volatile("bar.arrive 2, 64;" ::: "memory");
     }
     asm volatile("bar.sync 1, %0;" ::"n"(kAll) : "memory");
+    const float alpha = f.gates[1];
     float* Sg = g.S + size_t(hv) * kDK * kDK + c0;
     for (int c = threadIdx.x - 32; c < kDK * CB; c += kAll - 32) {
       const int i = c / CB, j = c % CB;
@@ -309,10 +320,11 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     }
   }
   DQ_MARK();
-  cl.sync();  // the head's outputs are in every block
-  DQ_MARK();
-  // The gated RMSNorm of this block's outputs: ((o * r) * w) * silu(z).
+  // The gated RMSNorm of this block's outputs: ((o * r) * w) * silu(z), once the head's outputs
+  // are here (bar_o). Every block waits for all it receives before it exits.
   if (warp == 0) {
+    mbar_wait_cluster(&f.bar_o, 0);
+    DQ_MARK();
     float ss = 0.0f;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
