@@ -191,19 +191,29 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   if (trigger == 1) pdl_trigger();
   DQ_MARK();
 
-  // The rows, two a warp (pairs never straddle a part: CB is even); lane 0 has the pair's
-  // first row, lane 16 its second. Each row's epilogue: the projection's output, then for q, k
-  // and v the conv + SiLU of its channel (gdn.cu's order) and the rolled conv state.
+  // The rows, two a warp (pairs never straddle a part: CB is even). Each row's epilogue: the
+  // projection's output, then for q, k and v the conv + SiLU of its channel (gdn.cu's order)
+  // and the rolled conv state, then the pushes. The epilogues wait until the warp's dots are
+  // done: lane 2k (2k + 1) keeps the first (second) row of the warp's k-th pair, and the lanes
+  // then run their epilogues side by side instead of lanes 0 and 16 after each dot while the
+  // warp's next dot waits (at most 5 pairs a warp: 2 * 5 lanes).
   const int npairs = 2 * CB + (sl == 0 ? 1 : 0);
   const uint32_t* w = reinterpret_cast<const uint32_t*>(wsm);
   using S = const unsigned short*;
-  for (int pi = warp; pi < npairs; pi += kWarps) {
+  float keep = 0.0f;
+  int kept = 0;
+  for (int pi = warp; pi < npairs; pi += kWarps, ++kept) {
     const int ra = 2 * pi, rb = ra + 1;
-    const float y = dot2_fast<6, true>(w + size_t(ra) * kU, S(wsm + so + ra * kSRow), S(wsm + bo + ra * kSRow),
-                                       w + size_t(rb) * kU, S(wsm + so + rb * kSRow), S(wsm + bo + rb * kSRow), kU, kG,
-                                       6, xa, xb, xg, lane);
-    if (lane != 0 && lane != 16) continue;
-    const int r = lane == 0 ? ra : rb;
+    const float y2 = dot2_fast<6, true>(w + size_t(ra) * kU, S(wsm + so + ra * kSRow), S(wsm + bo + ra * kSRow),
+                                        w + size_t(rb) * kU, S(wsm + so + rb * kSRow), S(wsm + bo + rb * kSRow), kU, kG,
+                                        6, xa, xb, xg, lane);
+    const float ya = __shfl_sync(0xffffffffu, y2, 0), yb = __shfl_sync(0xffffffffu, y2, 16);
+    if (lane == 2 * kept) keep = ya;
+    if (lane == 2 * kept + 1) keep = yb;
+  }
+  if (lane < 2 * kept) {
+    const float y = keep;
+    const int r = 2 * (warp + (lane >> 1) * kWarps) + (lane & 1);
     if (r < 3 * CB) {
       const int part = r / CB, c = r % CB, ch = chan(r);
       p.m[0].y[ch] = y;

@@ -317,14 +317,30 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     } else if (swiglu) {
       const uint32_t* wg = reinterpret_cast<const uint32_t*>(smem + seg[0].w);
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
+      // The SwiGLU of a warp's rows waits until its dots are done: lane k keeps the k-th pair's
+      // gate and up values, and the lanes then make their silu(g) * u side by side, instead of
+      // lane 0 making each one (a chain of ~40 dependent steps) while the warp's next dot waits.
+      float* ys = a.m[0].y + size_t(t) * a.m[0].rows + seg[0].r0;
+      float keep_g = 0.0f, keep_u = 0.0f;
+      int kept = 0, j0 = warp;  // pair k of the window is row j0 + k * WARPS
+      auto flush = [&] {
+        if (lane < kept) ys[j0 + lane * WARPS] = num::silu(keep_g) * keep_u;
+      };
       for (int j = warp; j < seg[0].n; j += WARPS) {
         const float gv = dot_pair<FAST, GSHIFT, LANES>(wg + size_t(j) * U, smem + seg[0].s + j * srow,
                                                 smem + seg[0].b + j * srow, wu + size_t(j) * U,
                                                 smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
                                                 gs_shift, gs, sdt, xa, xb, xg, lane);
+        const float g0 = __shfl_sync(0xffffffffu, gv, 0);   // gate's row is in lanes 0-15
         const float uv = __shfl_sync(0xffffffffu, gv, 16);  // up's row is in lanes 16-31
-        if (lane == 0) a.m[0].y[size_t(t) * a.m[0].rows + seg[0].r0 + j] = num::silu(gv) * uv;
+        if (lane == kept) keep_g = g0, keep_u = uv;
+        if (++kept == 32) {
+          flush();
+          kept = 0;
+          j0 = j + WARPS;
+        }
       }
+      flush();
     } else {
 #pragma unroll 1
       for (int i = 0; i < kMax; ++i) {
