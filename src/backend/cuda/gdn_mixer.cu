@@ -187,9 +187,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   async_wait_all();  // this thread's copies have landed
   __syncthreads();
   DQ_MARK();
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block of the cluster has started
   if (trigger == 1) pdl_trigger();
-  DQ_MARK();
 
   // The rows, two a warp (pairs never straddle a part: CB is even). Each row's epilogue: the
   // projection's output, then for q, k and v the conv + SiLU of its channel (gdn.cu's order)
@@ -211,6 +209,10 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     if (lane == 2 * kept) keep = ya;
     if (lane == 2 * kept + 1) keep = yb;
   }
+  DQ_MARK();
+  // Every block of the cluster has started (and set its barriers) before the first push: waited
+  // for here, after the dots, so that a block that started late does not hold the others' rows.
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   if (lane < 2 * kept) {
     const float y = keep;
     const int r = 2 * (warp + (lane >> 1) * kWarps) + (lane & 1);
