@@ -212,27 +212,24 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 // Waits until the barrier's phase of parity `parity` has completed (every arrival and byte).
+// CLUSTER: with acquire at cluster scope, for bytes other blocks of the cluster stored by
+// st.async (their complete_tx releases at cluster scope).
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// Waits as mbar_wait, with acquire at cluster scope: for bytes other blocks of the cluster
-// stored by st.async (their complete_tx releases at cluster scope).
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, unsigned parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
+    if constexpr (CLUSTER)
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(smem_addr(bar)), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(smem_addr(bar)), "r"(parity)
+          : "memory");
   } while (!done);
 }
 // Makes barrier initialisations visible to the cluster (before the cluster's first barrier).
@@ -241,7 +238,7 @@ __device__ __forceinline__ void mbar_init_fence_cluster() {
 }
 // Stores v at `dst` (this block's address of a shared variable) in block `rank` of the cluster
 // and counts its 4 bytes on that block's barrier `bar` (st.async): no fence, no cluster barrier;
-// the receiver waits on its barrier for every byte it expects (mbar_wait_cluster).
+// the receiver waits on its barrier for every byte it expects (mbar_wait<true>).
 __device__ __forceinline__ void push_f32(float* dst, unsigned rank, float v, uint64_t* bar) {
   uint32_t d, b;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(smem_addr(dst)), "r"(rank));

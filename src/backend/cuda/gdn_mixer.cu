@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
 #pragma unroll
     for (int q = 0; q < 4; ++q) out[lane + 32 * q] = is_q ? (v[q] * r) * (1.0f / sqrtf(float(kDK))) : v[q] * r;
   };
-  if (warp < 2) mbar_wait_cluster(&f.bar_qk, 0);
+  if (warp < 2) mbar_wait<true>(&f.bar_qk, 0);
   DQ_MARK();
   if (warp == 0) {
     const float beta = f.gates[0], alpha = f.gates[1];
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   // The gated RMSNorm of this block's outputs: ((o * r) * w) * silu(z), once the head's outputs
   // are here (bar_o). Every block waits for all it receives before it exits.
   if (warp == 0) {
-    mbar_wait_cluster(&f.bar_o, 0);
+    mbar_wait<true>(&f.bar_o, 0);
     DQ_MARK();
     float ss = 0.0f;
 #pragma unroll

@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       const uint32_t* wu = reinterpret_cast<const uint32_t*>(smem + seg[1].w);
       // The SwiGLU of a warp's rows waits until its dots are done: lane k keeps the k-th pair's
       // gate and up values, and the lanes then make their silu(g) * u side by side, instead of
-      // lane 0 making each one (a chain of ~40 dependent steps) while the warp's next dot waits.
+      // lane 0 making each one (a dependent chain: exp, a division) while the warp's next dot waits.
       float* ys = a.m[0].y + size_t(t) * a.m[0].rows + seg[0].r0;
       float keep_g = 0.0f, keep_u = 0.0f;
       int kept = 0, j0 = warp;  // pair k of the window is row j0 + k * WARPS
