@@ -278,6 +278,17 @@ inline void swiglu_product_cases(std::vector<Target>& targets) {
         return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], T});
       }, "swiglu products K=" + std::to_string(K) + " T=" + std::to_string(T));
     }
+  // Many rows a warp: with K = 256 a block of the CUDA resident kernel holds ~300 gate/up rows
+  // (40000 over 132 SMs), ~38 a warp, so its SwiGLU epilogue (made after the dots, 32 rows a
+  // lane window) flushes a full window and then a partial one.
+  {
+    const int K = 256, I = 40000;
+    Matrix gate = rig.matrix(WFormat::Affine, I, K), up = rig.matrix(WFormat::Affine, I, K);
+    Ref x = rig.inputs(K), norm = rig.floats(K);
+    check(rig, targets, {rig.zeros(size_t(I) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], 1});
+    }, "swiglu products K=256, 40000 rows");
+  }
 }
 
 // Tall 4-bit products (the CUDA output-head kernel takes 32768 rows and more, K <= 2048): group
