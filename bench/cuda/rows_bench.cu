@@ -30,7 +30,7 @@
 namespace {
 using namespace dq::cuda;
 
-constexpr int kK = 2048, kU = kK / 8, kG = kK / 64, kWarps = 8;
+constexpr int kK = 2048, kU = kK / 8, kG = kK / 64;
 constexpr int kRowBytes = kK / 2 + 2 * kG * 2;  // words, scales, biases
 
 // The variants (V):
@@ -41,13 +41,16 @@ constexpr int kRowBytes = kK / 2 + 2 * kG * 2;  // words, scales, biases
 //   4 probe: no integer-to-float conversion in the unit (the int's bits taken as a float)
 //   5 x in registers (units lane + 32 i, as the head kernel does), lane layout (same bits)
 //   6 probe: only the weight and scale loads and one fmaf a unit (no x, no integer dot)
+//   7 the kernel's loop with U and G known only at run time (as matvec_resident.cu has them)
+//   8 two items a step, their chains side by side (same bits)
+//   9 two items a step with x's unit read once for the four rows (same bits)
 constexpr const char* kNames[] = {
     "kernel's loop (dot2_fast, paired butterfly)", "butterflies deferred, groups of 2 items",
     "butterflies deferred, groups of 4 items",      "probe: no butterfly",
     "probe: no int-to-float conversion",            "x in registers",
-    "probe: weight loads + one fmaf a unit only"};
-constexpr int kVariants = 7;
-constexpr bool kSameBits[] = {true, true, true, false, false, true, false};
+    "probe: weight loads + one fmaf a unit only",   "kernel's loop, U and G at run time",
+    "two items a step",                             "two items a step, x read once for 4 rows"};
+constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true};
 
 // The unit without its conversion (probe 4).
 __device__ __forceinline__ float unit_q4_noconv(uint32_t w, uint4 a, uint4 b) {
@@ -95,6 +98,35 @@ __device__ __forceinline__ void partials(const uint32_t* wa, const unsigned shor
   const float bias_b = fmaf(__uint_as_float(uint32_t(bb[lane]) << 16), xg[lane], 0.0f);
   pa = acc_a + bias_a;
   pb = acc_b + bias_b;
+}
+
+// Two items (rows a, b and c, d) with x's unit read once for the four (variant 9).
+__device__ __forceinline__ void partials4(const uint32_t* const (&w)[4], const unsigned short* const (&sc)[4],
+                                          const unsigned short* const (&bi)[4], const uint4* xa, const uint4* xb,
+                                          const float* xg, int lane, float (&p)[4]) {
+  uint32_t v[4][8];
+  uint32_t sw[4][4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint4* w4 = reinterpret_cast<const uint4*>(w[r]) + lane;
+    const uint4 a0 = w4[0], a1 = w4[32];
+    const uint4 sr = reinterpret_cast<const uint4*>(sc[r])[lane >> 3];
+    v[r][0] = a0.x, v[r][1] = a0.y, v[r][2] = a0.z, v[r][3] = a0.w;
+    v[r][4] = a1.x, v[r][5] = a1.y, v[r][6] = a1.z, v[r][7] = a1.w;
+    sw[r][0] = sr.x, sw[r][1] = sr.y, sw[r][2] = sr.z, sw[r][3] = sr.w;
+  }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint4 x0 = xa[lane + 32 * i], x1 = xb[lane + 32 * i];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float f = i & 1 ? bf16_hi(sw[r][i >> 1]) : bf16_lo(sw[r][i >> 1]);
+      acc[r] = fmaf(f, unit_q4(v[r][i], x0, x1), acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) p[r] = acc[r] + fmaf(__uint_as_float(uint32_t(bi[r][lane]) << 16), xg[lane], 0.0f);
 }
 
 // The same from x in registers (variant 5).
@@ -166,21 +198,51 @@ __device__ __forceinline__ const unsigned short* row_b(const Smem& s, int j, int
   return row_s(s, j, which) + kG;
 }
 
-template <int V>
-__device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int lane, int warp) {
+template <int V, int kWarps>
+__device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int lane, int warp, int U, int G) {
   float keep_g = 0.0f, keep_u = 0.0f;
   int kept = 0, j0 = warp;
   auto flush = [&] {
     if (lane < kept) ys[j0 + lane * kWarps] = dq::num::silu(keep_g) * keep_u;
   };
-  if constexpr (V == 0 || V == 3 || V == 4 || V == 6 || V == 5) {
+  auto keep = [&](float g0, float uv, int j) {
+    if (lane == kept) keep_g = g0, keep_u = uv;
+    if (++kept == 32) {
+      flush();
+      kept = 0;
+      j0 = j + kWarps;
+    }
+  };
+  if constexpr (V == 8 || V == 9) {
+    for (int j = warp; j < items; j += 2 * kWarps) {
+      const int j2 = j + kWarps < items ? j + kWarps : j;  // (the last item twice when odd)
+      float p[4];
+      if constexpr (V == 8) {
+        partials<0>(row_w(s, j, 0), row_s(s, j, 0), row_b(s, j, 0), row_w(s, j, 1), row_s(s, j, 1), row_b(s, j, 1),
+                    s.xa, s.xb, s.xg, lane, p[0], p[1]);
+        partials<0>(row_w(s, j2, 0), row_s(s, j2, 0), row_b(s, j2, 0), row_w(s, j2, 1), row_s(s, j2, 1),
+                    row_b(s, j2, 1), s.xa, s.xb, s.xg, lane, p[2], p[3]);
+      } else {
+        const uint32_t* const w[4] = {row_w(s, j, 0), row_w(s, j, 1), row_w(s, j2, 0), row_w(s, j2, 1)};
+        const unsigned short* const sc[4] = {row_s(s, j, 0), row_s(s, j, 1), row_s(s, j2, 0), row_s(s, j2, 1)};
+        const unsigned short* const bi[4] = {row_b(s, j, 0), row_b(s, j, 1), row_b(s, j2, 0), row_b(s, j2, 1)};
+        partials4(w, sc, bi, s.xa, s.xb, s.xg, lane, p);
+      }
+      const float gv = warp_butterfly2(p[0], p[1], lane), gv2 = warp_butterfly2(p[2], p[3], lane);
+      const float g0 = __shfl_sync(0xffffffffu, gv, 0), uv = __shfl_sync(0xffffffffu, gv, 16);
+      const float g2 = __shfl_sync(0xffffffffu, gv2, 0), u2 = __shfl_sync(0xffffffffu, gv2, 16);
+      keep(g0, uv, j);
+      if (j2 != j) keep(g2, u2, j2);
+    }
+    flush();
+  } else if constexpr (V == 0 || V == 3 || V == 4 || V == 6 || V == 5 || V == 7) {
     XRegs xr;
     if constexpr (V == 5) load_xregs(xr, s.xa, s.xb, s.xg, kG, lane);
     for (int j = warp; j < items; j += kWarps) {
       float gv;
-      if constexpr (V == 0) {
+      if constexpr (V == 0 || V == 7) {
         gv = dot2_fast<6, true>(row_w(s, j, 0), row_s(s, j, 0), row_b(s, j, 0), row_w(s, j, 1), row_s(s, j, 1),
-                                row_b(s, j, 1), kU, kG, 6, s.xa, s.xb, s.xg, lane);
+                                row_b(s, j, 1), V == 7 ? U : kU, V == 7 ? G : kG, 6, s.xa, s.xb, s.xg, lane);
       } else {
         float pa, pb;
         if constexpr (V == 5)
@@ -236,9 +298,9 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
   }
 }
 
-template <int V>
-__global__ void __launch_bounds__(kWarps * 32, 2)
-    rows_kernel(const float* x, const unsigned char* w, int items, int reps, float* y, long long* cyc) {
+template <int V, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)
+    rows_kernel(const float* x, const unsigned char* w, int items, int reps, float* y, long long* cyc, int U, int G) {
   extern __shared__ __align__(128) unsigned char smem[];
   uint4* xa = reinterpret_cast<uint4*>(smem);
   uint4* xb = xa + kU;
@@ -267,16 +329,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   for (int r = 0; r < reps; ++r) {
     __syncthreads();
     const long long t0 = clock64();
-    rows<V>(s, items, ys, lane, warp);
+    rows<V, kWarps>(s, items, ys, lane, warp, U, G);
     __syncthreads();
     if (threadIdx.x == 0) cyc[size_t(blockIdx.x) * reps + r] = clock64() - t0;
   }
 }
 
-template <int V>
-void set_attr() {
-  CK(cudaFuncSetAttribute(rows_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-}
+using Kernel = void (*)(const float*, const unsigned char*, int, int, float*, long long*, int, int);
+struct Entry {
+  int v, warps;
+  Kernel k;
+};
+const Entry kEntries[] = {{0, 8, rows_kernel<0, 8>}, {1, 8, rows_kernel<1, 8>}, {2, 8, rows_kernel<2, 8>},
+                          {3, 8, rows_kernel<3, 8>}, {4, 8, rows_kernel<4, 8>}, {5, 8, rows_kernel<5, 8>},
+                          {6, 8, rows_kernel<6, 8>}, {7, 8, rows_kernel<7, 8>}, {8, 8, rows_kernel<8, 8>},
+                          {9, 8, rows_kernel<9, 8>}, {0, 16, rows_kernel<0, 16>}, {8, 16, rows_kernel<8, 16>},
+                          {9, 16, rows_kernel<9, 16>}, {0, 4, rows_kernel<0, 4>}, {9, 4, rows_kernel<9, 4>}};
 
 }  // namespace
 
@@ -334,19 +402,18 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&dc, size_t(blocks) * reps * 8));
   CK(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dw, hw.data(), hw.size(), cudaMemcpyHostToDevice));
-  set_attr<0>(), set_attr<1>(), set_attr<2>(), set_attr<3>(), set_attr<4>(), set_attr<5>(), set_attr<6>();
-  using K = void (*)(const float*, const unsigned char*, int, int, float*, long long*);
-  const K kernels[kVariants] = {rows_kernel<0>, rows_kernel<1>, rows_kernel<2>, rows_kernel<3>,
-                                rows_kernel<4>, rows_kernel<5>, rows_kernel<6>};
-  std::printf("deltaq-bench-rows on %s (%d SMs, %d MHz): gate/up's rows, K %d, %d items a block (%d a warp), %d "
-              "warps, one block an SM, from shared memory; cycles of a block's rows (median over %d reps x %d "
+  for (const Entry& e : kEntries)
+    CK(cudaFuncSetAttribute(e.k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  std::printf("deltaq-bench-rows on %s (%d SMs, %d MHz): gate/up's rows, K %d, %d items a block (%d a warp at 8 "
+              "warps; W: warps a block), one block an SM, from shared memory; cycles of a block's rows (median over %d reps x %d "
               "blocks)\n",
-              prop.name, blocks, khz / 1000, kK, items, (items + kWarps - 1) / kWarps, kWarps, reps,
+              prop.name, blocks, khz / 1000, kK, items, (items + 7) / 8, reps,
               blocks);
   std::vector<float> y0;
-  for (int v = 0; v < kVariants; ++v) {
+  for (const Entry& e : kEntries) {
+    const int v = e.v;
     CK(cudaMemset(dy, 0, size_t(blocks) * items * 4));
-    kernels[v]<<<blocks, kWarps * 32, smem>>>(dx, dw, items, reps, dy, dc);
+    e.k<<<blocks, e.warps * 32, smem>>>(dx, dw, items, reps, dy, dc, kU, kG);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<long long> c(size_t(blocks) * reps);
@@ -360,9 +427,9 @@ int main(int argc, char** argv) {
     std::sort(warm.begin(), warm.end());
     const double med = double(warm[warm.size() / 2]);
     const double first = double(c[0]);
-    const int per_warp = (items + kWarps - 1) / kWarps;
+    const int per_warp = (items + e.warps - 1) / e.warps;
     std::string check;
-    if (v == 0) {
+    if (v == 0 && e.warps == 8) {
       y0 = y;
       check = "the reference";
     } else if (kSameBits[v]) {
@@ -370,8 +437,8 @@ int main(int argc, char** argv) {
     } else {
       check = "(probe: other numbers)";
     }
-    std::printf("  %d %-46s %8.0f cycles (%.2f us), %6.0f a warp's item; first rep %8.0f; %s\n", v, kNames[v], med,
-                med / (khz / 1000.0), med / per_warp, first, check.c_str());
+    std::printf("  %d %2dw %-42s %8.0f cycles (%.2f us), %6.0f a warp's item; first rep %8.0f; %s\n", v, e.warps,
+                kNames[v], med, med / (khz / 1000.0), med / per_warp, first, check.c_str());
   }
   return 0;
 }

@@ -103,12 +103,15 @@ __host__ __device__ __forceinline__ int first_item(int b, int blocks, int items,
 
 // GSHIFT: the fast path's log2(gs) when compiled for one group size (see dot2_fast), else -1.
 // LANES: the matrices are in the lane layout (q4.cuh; FAST only).
-template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false>
+// KC: K when compiled for one width (0: a.K at run time). With U and G known, the row loop's
+// chunk and bias loops are straight code: gate/up's rows alone took 8040 against 6771 cycles
+// a block (deltaq-bench-rows, variants 7 and 0).
+template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false, int KC = 0>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
-  const int K = a.K, U = K / 8, G = K / gs;
-  const int gs_shift = a.m[0].gs_shift;
+  const int K = KC > 0 ? KC : a.K, U = K / 8, G = GSHIFT >= 0 ? K >> GSHIFT : K / gs;
+  const int gs_shift = GSHIFT >= 0 ? GSHIFT : a.m[0].gs_shift;
   const SDt sdt = a.m[0].sdt;
   const int sbytes = sdt == SDt::F32 ? 4 : 2;
   const bool swiglu = a.epi == Epilogue::SwiGLU;
@@ -447,12 +450,17 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // streaming kernels).
   static const Kernel lanes_g64 = resident_kernel<8, 2, true, 6, true>;
   static const Kernel lanes_any = resident_kernel<8, 2, true, -1, true>;
+  // The 2B step's two widths compiled in (KC); DELTAQ_MV_RES_KC: bit 1 K = 2048, bit 2 K = 6144
+  // (default both; results never depend on it).
+  static const Kernel lanes_g64_2048 = resident_kernel<8, 2, true, 6, true, 2048>;
+  static const Kernel lanes_g64_6144 = resident_kernel<8, 2, true, 6, true, 6144>;
+  static const int kc = env_int("DELTAQ_MV_RES_KC", 3);
   if (m0.lanes && v != 3) return false;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    for (Kernel k : {fast_g64, lanes_g64, lanes_any})
+    for (Kernel k : {fast_g64, lanes_g64, lanes_any, lanes_g64_2048, lanes_g64_6144})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
@@ -462,7 +470,10 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // weight copies before the programmatic wait (its "waited" then tells whether they landed
   // before the release; results stay right); to see where a launch's time goes.
   static const int skip = env_int("DELTAQ_MV_RES_SKIP", 0);
-  const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? lanes_g64 : lanes_any)
+  const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? (a.K == 2048 && (kc & 1)   ? lanes_g64_2048
+                                                          : a.K == 6144 && (kc & 2) ? lanes_g64_6144
+                                                                                    : lanes_g64)
+                                                      : lanes_any)
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64
                                                               : table[v][fast ? 1 : 0];
   // Where the next kernel may launch: 0 at the start (its weight copies then overlap this
