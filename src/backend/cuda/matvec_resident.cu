@@ -329,11 +329,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       auto flush = [&] {
         if (lane < kept) ys[j0 + lane * WARPS] = num::silu(keep_g) * keep_u;
       };
-      for (int j = warp; j < seg[0].n; j += WARPS) {
-        const float gv = dot_pair<FAST, GSHIFT, LANES>(wg + size_t(j) * U, smem + seg[0].s + j * srow,
-                                                smem + seg[0].b + j * srow, wu + size_t(j) * U,
-                                                smem + seg[1].s + j * srow, smem + seg[1].b + j * srow, true, U, G,
-                                                gs_shift, gs, sdt, xa, xb, xg, lane);
+      auto keep = [&](float gv, int j) {
         const float g0 = __shfl_sync(0xffffffffu, gv, 0);   // gate's row is in lanes 0-15
         const float uv = __shfl_sync(0xffffffffu, gv, 16);  // up's row is in lanes 16-31
         if (lane == kept) keep_g = g0, keep_u = uv;
@@ -342,6 +338,31 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
           kept = 0;
           j0 = j + WARPS;
         }
+      };
+      if constexpr (FAST && LANES && GSHIFT >= 3) {
+        // Two items a step (j and j + WARPS; the last one twice when the count is odd, its
+        // second result dropped), x's unit read once for their four rows (q4.cuh dot4_lanes).
+        using S = const unsigned short*;
+        auto sc = [&](int i, int j) { return S(smem + seg[i].s + j * srow); };
+        auto bi = [&](int i, int j) { return S(smem + seg[i].b + j * srow); };
+        for (int j = warp; j < seg[0].n; j += 2 * WARPS) {
+          const int j2 = j + WARPS < seg[0].n ? j + WARPS : j;
+          const uint32_t* const w4[4] = {wg + size_t(j) * U, wu + size_t(j) * U, wg + size_t(j2) * U,
+                                         wu + size_t(j2) * U};
+          const S s4[4] = {sc(0, j), sc(1, j), sc(0, j2), sc(1, j2)};
+          const S b4[4] = {bi(0, j), bi(1, j), bi(0, j2), bi(1, j2)};
+          float gv, gv2;
+          dot4_lanes<GSHIFT>(w4, s4, b4, U, G, xa, xb, xg, lane, gv, gv2);
+          keep(gv, j);
+          if (j2 != j) keep(gv2, j2);
+        }
+      } else {
+        for (int j = warp; j < seg[0].n; j += WARPS)
+          keep(dot_pair<FAST, GSHIFT, LANES>(wg + size_t(j) * U, smem + seg[0].s + j * srow, smem + seg[0].b + j * srow,
+                                             wu + size_t(j) * U, smem + seg[1].s + j * srow,
+                                             smem + seg[1].b + j * srow, true, U, G, gs_shift, gs, sdt, xa, xb, xg,
+                                             lane),
+               j);
       }
       flush();
     } else {

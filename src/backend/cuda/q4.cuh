@@ -174,6 +174,50 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   return warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
 }
 
+// Two items of gate/up (rows 0, 1 and rows 2, 3) against x in the lane layout, x's unit read
+// once for the four rows: each row's chain is dot2_fast's (units lane, lane + 32, ... chunk by
+// chunk, then its groups' bias terms, then the paired butterfly), so the results are the same
+// bits. Their four chains side by side give a warp twice the independent work between its
+// shared-memory loads (gate/up's rows alone: 5686 against 6771 cycles a block,
+// deltaq-bench-rows variants 9 and 0). r01: rows 0 / 1 in lanes 0-15 / 16-31; r23 likewise.
+template <int GSHIFT>
+__device__ __forceinline__ void dot4_lanes(const uint32_t* const (&w)[4], const unsigned short* const (&sc)[4],
+                                           const unsigned short* const (&bi)[4], int U, int G, const uint4* xa,
+                                           const uint4* xb, const float* xg, int lane, float& r01, float& r23) {
+  static_assert(GSHIFT >= 3 && GSHIFT <= 8, "dot4_lanes: groups of 8 to 256 compiled in");
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int base = 0; base < U; base += 256) {
+    uint32_t v[4][8], sw[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint4* w4 = reinterpret_cast<const uint4*>(w[r] + base) + lane;
+      const uint4 a0 = w4[0], a1 = w4[32];
+      const uint4 sr = reinterpret_cast<const uint4*>(sc[r] + ((base * 8) >> GSHIFT))[lane >> (GSHIFT - 3)];
+      v[r][0] = a0.x, v[r][1] = a0.y, v[r][2] = a0.z, v[r][3] = a0.w;
+      v[r][4] = a1.x, v[r][5] = a1.y, v[r][6] = a1.z, v[r][7] = a1.w;
+      sw[r][0] = sr.x, sw[r][1] = sr.y, sw[r][2] = sr.z, sw[r][3] = sr.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int u = base + lane + 32 * i;
+      const uint4 x0 = xa[u], x1 = xb[u];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float f = i & 1 ? bf16_hi(sw[r][i >> 1]) : bf16_lo(sw[r][i >> 1]);
+        acc[r] = fmaf(f, unit_q4(v[r][i], x0, x1), acc[r]);
+      }
+    }
+  }
+  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int g = lane; g < G; g += 32) {
+    const float xgv = xg[g];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) bias[r] = fmaf(__uint_as_float(uint32_t(bi[r][g]) << 16), xgv, bias[r]);
+  }
+  r01 = warp_butterfly2(acc[0] + bias[0], acc[1] + bias[1], lane);
+  r23 = warp_butterfly2(acc[2] + bias[2], acc[3] + bias[3], lane);
+}
+
 // x of one lane in registers, for K = 2048 (units lane + 32 i, i < 8) and up to 64 groups: the
 // rows then read only their weights and scales from shared memory (4 + 2 bytes per unit and row
 // instead of 32 + 6 with x there too). Used by the pipelined head (83.6 us in the 2B step's
