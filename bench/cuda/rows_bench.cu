@@ -44,13 +44,18 @@ constexpr int kRowBytes = kK / 2 + 2 * kG * 2;  // words, scales, biases
 //   7 the kernel's loop with U and G known only at run time (as matvec_resident.cu has them)
 //   8 two items a step, their chains side by side (same bits)
 //   9 two items a step with x's unit read once for the four rows (same bits)
+//  10 four items a step, x's unit read once for the eight rows, weights by half chunks (same bits)
+//  11 two items a step as 9, weights by half chunks (same bits)
+//  12 three items a step, x read once for six rows, weights by half chunks (same bits)
 constexpr const char* kNames[] = {
     "kernel's loop (dot2_fast, paired butterfly)", "butterflies deferred, groups of 2 items",
     "butterflies deferred, groups of 4 items",      "probe: no butterfly",
     "probe: no int-to-float conversion",            "x in registers",
     "probe: weight loads + one fmaf a unit only",   "kernel's loop, U and G at run time",
-    "two items a step",                             "two items a step, x read once for 4 rows"};
-constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true};
+    "two items a step",                             "two items a step, x read once for 4 rows",
+    "four items a step, x once for 8 rows, halves",  "two items a step, x once for 4 rows, halves",
+    "three items a step, x once for 6 rows, halves"};
+constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true, true, true, true};
 
 // The unit without its conversion (probe 4).
 __device__ __forceinline__ float unit_q4_noconv(uint32_t w, uint4 a, uint4 b) {
@@ -127,6 +132,40 @@ __device__ __forceinline__ void partials4(const uint32_t* const (&w)[4], const u
   }
 #pragma unroll
   for (int r = 0; r < 4; ++r) p[r] = acc[r] + fmaf(__uint_as_float(uint32_t(bi[r][lane]) << 16), xg[lane], 0.0f);
+}
+
+// NR rows with x's unit read once for all, a lane's words and scales loaded by half chunks
+// (units lane + 32 i, i < 4, then i >= 4) to keep the registers for NR rows (variants 10-12).
+template <int NR>
+__device__ __forceinline__ void partials_n(const uint32_t* const (&w)[NR], const unsigned short* const (&sc)[NR],
+                                           const unsigned short* const (&bi)[NR], const uint4* xa, const uint4* xb,
+                                           const float* xg, int lane, float (&p)[NR]) {
+  float acc[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t v[NR][4], sw[NR][2];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const uint4 a = reinterpret_cast<const uint4*>(w[r])[lane + 32 * h];
+      const uint2 s2 = reinterpret_cast<const uint2*>(sc[r])[(lane >> 3) * 2 + h];
+      v[r][0] = a.x, v[r][1] = a.y, v[r][2] = a.z, v[r][3] = a.w;
+      sw[r][0] = s2.x, sw[r][1] = s2.y;
+    }
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii) {
+      const int i = 4 * h + ii;
+      const uint4 x0 = xa[lane + 32 * i], x1 = xb[lane + 32 * i];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const float f = ii & 1 ? bf16_hi(sw[r][ii >> 1]) : bf16_lo(sw[r][ii >> 1]);
+        acc[r] = fmaf(f, unit_q4(v[r][ii], x0, x1), acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r) p[r] = acc[r] + fmaf(__uint_as_float(uint32_t(bi[r][lane]) << 16), xg[lane], 0.0f);
 }
 
 // The same from x in registers (variant 5).
@@ -213,7 +252,29 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
       j0 = j + kWarps;
     }
   };
-  if constexpr (V == 8 || V == 9) {
+  if constexpr (V >= 10) {
+    constexpr int IPS = V == 10 ? 4 : V == 11 ? 2 : 3, NR = 2 * IPS;
+    for (int j = warp; j < items; j += IPS * kWarps) {
+      int jj[IPS];
+#pragma unroll
+      for (int k = 0; k < IPS; ++k) jj[k] = j + k * kWarps < items ? j + k * kWarps : j;
+      const uint32_t* w[NR];
+      const unsigned short* sc[NR];
+      const unsigned short* bi[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) w[r] = row_w(s, jj[r / 2], r % 2), sc[r] = row_s(s, jj[r / 2], r % 2), bi[r] = row_b(s, jj[r / 2], r % 2);
+      float p[NR];
+      partials_n<NR>(reinterpret_cast<const uint32_t* const(&)[NR]>(w), reinterpret_cast<const unsigned short* const(&)[NR]>(sc),
+                     reinterpret_cast<const unsigned short* const(&)[NR]>(bi), s.xa, s.xb, s.xg, lane, p);
+      float gv[IPS];
+#pragma unroll
+      for (int k = 0; k < IPS; ++k) gv[k] = warp_butterfly2(p[2 * k], p[2 * k + 1], lane);
+#pragma unroll
+      for (int k = 0; k < IPS; ++k)
+        if (k == 0 || jj[k] != j) keep(__shfl_sync(0xffffffffu, gv[k], 0), __shfl_sync(0xffffffffu, gv[k], 16), jj[k]);
+    }
+    flush();
+  } else if constexpr (V == 8 || V == 9) {
     for (int j = warp; j < items; j += 2 * kWarps) {
       const int j2 = j + kWarps < items ? j + kWarps : j;  // (the last item twice when odd)
       float p[4];
@@ -344,7 +405,9 @@ const Entry kEntries[] = {{0, 8, rows_kernel<0, 8>}, {1, 8, rows_kernel<1, 8>}, 
                           {3, 8, rows_kernel<3, 8>}, {4, 8, rows_kernel<4, 8>}, {5, 8, rows_kernel<5, 8>},
                           {6, 8, rows_kernel<6, 8>}, {7, 8, rows_kernel<7, 8>}, {8, 8, rows_kernel<8, 8>},
                           {9, 8, rows_kernel<9, 8>}, {0, 16, rows_kernel<0, 16>}, {8, 16, rows_kernel<8, 16>},
-                          {9, 16, rows_kernel<9, 16>}, {0, 4, rows_kernel<0, 4>}, {9, 4, rows_kernel<9, 4>}};
+                          {9, 16, rows_kernel<9, 16>}, {0, 4, rows_kernel<0, 4>}, {9, 4, rows_kernel<9, 4>},
+                          {10, 8, rows_kernel<10, 8>}, {11, 8, rows_kernel<11, 8>}, {12, 8, rows_kernel<12, 8>},
+                          {10, 4, rows_kernel<10, 4>}};
 
 }  // namespace
 

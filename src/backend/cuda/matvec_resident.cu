@@ -373,13 +373,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
         const MatDev& m = a.m[sg.m];
         float* y = m.y + size_t(t) * m.rows + sg.r0;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(smem + sg.w);
-        for (int j = 2 * warp; j < sg.n; j += 2 * WARPS) {
-          const bool two = j + 1 < sg.n;
-          const int k = two ? j + 1 : j;
-          float v = dot_pair<FAST, GSHIFT, LANES>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
-                                           w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two, U,
-                                           G, gs_shift, gs, sdt, xa, xb, xg, lane);
-          // Lane 0 has row j, lane 16 row k (when there are two).
+        // Lane 0 has row j, lane 16 row k (when there are two).
+        auto store = [&](float v, int j, int k, bool two) {
           const int r = lane == 0 ? j : k;
           if (lane == 0 || (lane == 16 && two)) {
             if (a.epi == Epilogue::Add) {
@@ -388,6 +383,34 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
             }
             y[r] = v;
           }
+        };
+        int j = 2 * warp;
+        if constexpr (FAST && LANES && GSHIFT >= 3) {
+          // Two pairs a step while a warp has two (j and j + 2 WARPS), x's unit read once for
+          // their four rows (q4.cuh dot4_lanes); a last single pair below.
+          using S = const unsigned short*;
+          for (; j + 2 * WARPS < sg.n; j += 4 * WARPS) {
+            const int j2 = j + 2 * WARPS, k2 = j2 + 1 < sg.n ? j2 + 1 : j2;  // (j + 1 < j2 < sg.n)
+            const int r4[4] = {j, j + 1, j2, k2};
+            const uint32_t* const w4[4] = {w + size_t(r4[0]) * U, w + size_t(r4[1]) * U, w + size_t(r4[2]) * U,
+                                           w + size_t(r4[3]) * U};
+            const S s4[4] = {S(smem + sg.s + r4[0] * srow), S(smem + sg.s + r4[1] * srow),
+                             S(smem + sg.s + r4[2] * srow), S(smem + sg.s + r4[3] * srow)};
+            const S b4[4] = {S(smem + sg.b + r4[0] * srow), S(smem + sg.b + r4[1] * srow),
+                             S(smem + sg.b + r4[2] * srow), S(smem + sg.b + r4[3] * srow)};
+            float v01, v23;
+            dot4_lanes<GSHIFT>(w4, s4, b4, U, G, xa, xb, xg, lane, v01, v23);
+            store(v01, j, j + 1, true);
+            store(v23, j2, k2, j2 + 1 < sg.n);
+          }
+        }
+        for (; j < sg.n; j += 2 * WARPS) {
+          const bool two = j + 1 < sg.n;
+          const int k = two ? j + 1 : j;
+          store(dot_pair<FAST, GSHIFT, LANES>(w + size_t(j) * U, smem + sg.s + j * srow, smem + sg.b + j * srow,
+                                              w + size_t(k) * U, smem + sg.s + k * srow, smem + sg.b + k * srow, two,
+                                              U, G, gs_shift, gs, sdt, xa, xb, xg, lane),
+                j, k, two);
         }
       }
     }
