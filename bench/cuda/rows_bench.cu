@@ -47,6 +47,8 @@ constexpr int kRowBytes = kK / 2 + 2 * kG * 2;  // words, scales, biases
 //  10 four items a step, x's unit read once for the eight rows, weights by half chunks (same bits)
 //  11 two items a step as 9, weights by half chunks (same bits)
 //  12 three items a step, x read once for six rows, weights by half chunks (same bits)
+//  13 probe: the unit's six dp2a / dp4a replaced by three-input integer adds (IADD3, the ALU)
+//  14 probe: the unit's six dp2a / dp4a replaced by six IMADs (the FMA pipe's integer path)
 constexpr const char* kNames[] = {
     "kernel's loop (dot2_fast, paired butterfly)", "butterflies deferred, groups of 2 items",
     "butterflies deferred, groups of 4 items",      "probe: no butterfly",
@@ -54,8 +56,9 @@ constexpr const char* kNames[] = {
     "probe: weight loads + one fmaf a unit only",   "kernel's loop, U and G at run time",
     "two items a step",                             "two items a step, x read once for 4 rows",
     "four items a step, x once for 8 rows, halves",  "two items a step, x once for 4 rows, halves",
-    "three items a step, x once for 6 rows, halves"};
-constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true, true, true, true};
+    "three items a step, x once for 6 rows, halves", "probe: dp2a/dp4a as IADD3",
+    "probe: dp2a/dp4a as IMAD"};
+constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true, true, true, true, false, false};
 
 // The unit without its conversion (probe 4).
 __device__ __forceinline__ float unit_q4_noconv(uint32_t w, uint4 a, uint4 b) {
@@ -63,6 +66,29 @@ __device__ __forceinline__ float unit_q4_noconv(uint32_t w, uint4 a, uint4 b) {
   const int sh = __dp2a_hi(int(a.w), hi, __dp2a_lo(int(a.z), hi, __dp2a_hi(int(a.y), lo, __dp2a_lo(int(a.x), lo, 0))));
   const int sl = __dp4a(hi, int(b.y), __dp4a(lo, int(b.x), 0));
   return __int_as_float(sh * 256 + sl) * __uint_as_float(b.z);
+}
+
+// The unit with its integer dot products replaced (probes 13 and 14): the same operands and a
+// dependency chain of the same shape, on other instructions.
+template <int PROBE>
+__device__ __forceinline__ float unit_q4_alt(uint32_t w, uint4 a, uint4 b) {
+  const int lo = int(w & 0x0F0F0F0Fu), hi = int((w >> 4) & 0x0F0F0F0Fu);
+  int sh, sl;
+  if constexpr (PROBE == 13) {
+    sh = int(a.x) + lo + int(a.y);
+    sh = sh + hi + int(a.z);
+    sh = sh + hi + int(a.w);
+    sl = lo + int(b.x) + hi;
+    sl = sl + int(b.y);
+  } else {
+    sh = int(a.x) * lo + int(a.y);
+    sh = sh * lo + int(a.z);
+    sh = sh * hi + int(a.w);
+    sh = sh * hi;
+    sl = lo * int(b.x) + hi;
+    sl = sl * int(b.y);
+  }
+  return __int2float_rn(sh * 256 + sl) * __uint_as_float(b.z);
 }
 
 // One item's two rows (gate row j, up row j) to their lanes' partial sums (before the butterfly),
@@ -93,6 +119,9 @@ __device__ __forceinline__ void partials(const uint32_t* wa, const unsigned shor
       if constexpr (PROBE == 4) {
         acc_a = fmaf(fa, unit_q4_noconv(va[i], x0, x1), acc_a);
         acc_b = fmaf(fb, unit_q4_noconv(vb[i], x0, x1), acc_b);
+      } else if constexpr (PROBE == 13 || PROBE == 14) {
+        acc_a = fmaf(fa, unit_q4_alt<PROBE>(va[i], x0, x1), acc_a);
+        acc_b = fmaf(fb, unit_q4_alt<PROBE>(vb[i], x0, x1), acc_b);
       } else {
         acc_a = fmaf(fa, unit_q4(va[i], x0, x1), acc_a);
         acc_b = fmaf(fb, unit_q4(vb[i], x0, x1), acc_b);
@@ -252,7 +281,7 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
       j0 = j + kWarps;
     }
   };
-  if constexpr (V >= 10) {
+  if constexpr (V >= 10 && V <= 12) {
     constexpr int IPS = V == 10 ? 4 : V == 11 ? 2 : 3, NR = 2 * IPS;
     for (int j = warp; j < items; j += IPS * kWarps) {
       int jj[IPS];
@@ -296,7 +325,7 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
       if (j2 != j) keep(g2, u2, j2);
     }
     flush();
-  } else if constexpr (V == 0 || V == 3 || V == 4 || V == 6 || V == 5 || V == 7) {
+  } else if constexpr (V == 0 || V == 3 || V == 4 || V == 6 || V == 5 || V == 7 || V == 13 || V == 14) {
     XRegs xr;
     if constexpr (V == 5) load_xregs(xr, s.xa, s.xb, s.xg, kG, lane);
     for (int j = warp; j < items; j += kWarps) {
@@ -407,7 +436,7 @@ const Entry kEntries[] = {{0, 8, rows_kernel<0, 8>}, {1, 8, rows_kernel<1, 8>}, 
                           {9, 8, rows_kernel<9, 8>}, {0, 16, rows_kernel<0, 16>}, {8, 16, rows_kernel<8, 16>},
                           {9, 16, rows_kernel<9, 16>}, {0, 4, rows_kernel<0, 4>}, {9, 4, rows_kernel<9, 4>},
                           {10, 8, rows_kernel<10, 8>}, {11, 8, rows_kernel<11, 8>}, {12, 8, rows_kernel<12, 8>},
-                          {10, 4, rows_kernel<10, 4>}};
+                          {10, 4, rows_kernel<10, 4>}, {13, 8, rows_kernel<13, 8>}, {14, 8, rows_kernel<14, 8>}};
 
 }  // namespace
 
