@@ -522,12 +522,13 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
                                                               : table[v][fast ? 1 : 0];
   // Where the next kernel may launch: 0 at the start (its weight copies then overlap this
   // kernel's wait), 1 after x's phase, 2 after the rows, 3 once x has arrived. SwiGLU (gate/up)
-  // lets its successor (down, 86 KB of copies a block) launch after x's phase: some of gate/up's
-  // blocks only find an SM at its release, so down's copies would otherwise land on SMs still in
-  // gate/up's x phase (H200: 1074 vs 1054 tok/s; after the rows: 1021; for every product: 1086
-  // vs 1109).
+  // lets its successor (down, 86 KB of copies a block) launch once x has arrived (in shared
+  // memory, before its sum of squares): since gate/up's rows take two items a step (session 21)
+  // they end sooner, and down's copies need the earlier start (H200, session 21 run 12: 1279.9
+  // against 1269.2 tok/s after x's phase, every round; sessions 12-15 measured after x's phase
+  // best with the slower rows: 1074 vs 1054 at the start; after the rows: 1021).
   // DELTAQ_MV_TRIGGER_SWIGLU / DELTAQ_MV_TRIGGER (the others) override (results never depend on it).
-  static const int trig_swiglu = env_int("DELTAQ_MV_TRIGGER_SWIGLU", 1);
+  static const int trig_swiglu = env_int("DELTAQ_MV_TRIGGER_SWIGLU", 3);
   static const int trig_other = env_int("DELTAQ_MV_TRIGGER", 0);
   // Down (the other products wider than 2048 inputs) lets its successor launch once x has
   // arrived: the next layer's in-projections (9.5 MB of copies for a GDN layer's mixer) then
