@@ -92,12 +92,13 @@ __device__ __forceinline__ float unit_q4_alt(uint32_t w, uint4 a, uint4 b) {
 }
 
 // One item's two rows (gate row j, up row j) to their lanes' partial sums (before the butterfly),
-// in dot2_fast's order; PROBE 4 drops the conversion, PROBE 6 the integer dot.
+// in dot2_fast's order; PROBE 4 drops the conversion, 6 the integer dot, 13 / 14 swap the integer
+// dot products; 5 takes x from registers (xr) instead of shared memory.
 template <int PROBE>
 __device__ __forceinline__ void partials(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
                                          const uint4* xa, const uint4* xb, const float* xg, int lane, float& pa,
-                                         float& pb) {
+                                         float& pb, const XRegs* xr = nullptr) {
   const uint4* wa4 = reinterpret_cast<const uint4*>(wa) + lane;
   const uint4* wb4 = reinterpret_cast<const uint4*>(wb) + lane;
   const uint4 a0 = wa4[0], a1 = wa4[32], b0 = wb4[0], b1 = wb4[32];
@@ -115,7 +116,8 @@ __device__ __forceinline__ void partials(const uint32_t* wa, const unsigned shor
       acc_a = fmaf(fa, __uint_as_float(va[i]), acc_a);
       acc_b = fmaf(fb, __uint_as_float(vb[i]), acc_b);
     } else {
-      const uint4 x0 = xa[lane + 32 * i], x1 = xb[lane + 32 * i];
+      const uint4 x0 = PROBE == 5 ? xr->a[i] : xa[lane + 32 * i];
+      const uint4 x1 = PROBE == 5 ? make_uint4(xr->b0[i], xr->b1[i], xr->step[i], 0u) : xb[lane + 32 * i];
       if constexpr (PROBE == 4) {
         acc_a = fmaf(fa, unit_q4_noconv(va[i], x0, x1), acc_a);
         acc_b = fmaf(fb, unit_q4_noconv(vb[i], x0, x1), acc_b);
@@ -195,33 +197,6 @@ __device__ __forceinline__ void partials_n(const uint32_t* const (&w)[NR], const
   }
 #pragma unroll
   for (int r = 0; r < NR; ++r) p[r] = acc[r] + fmaf(__uint_as_float(uint32_t(bi[r][lane]) << 16), xg[lane], 0.0f);
-}
-
-// The same from x in registers (variant 5).
-__device__ __forceinline__ void partials_reg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
-                                             const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                             const XRegs& x, int lane, float& pa, float& pb) {
-  const uint4* wa4 = reinterpret_cast<const uint4*>(wa) + lane;
-  const uint4* wb4 = reinterpret_cast<const uint4*>(wb) + lane;
-  const uint4 a0 = wa4[0], a1 = wa4[32], b0 = wb4[0], b1 = wb4[32];
-  const uint4 s_a = reinterpret_cast<const uint4*>(sa)[lane >> 3];
-  const uint4 s_b = reinterpret_cast<const uint4*>(sb)[lane >> 3];
-  const uint32_t va[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-  const uint32_t vb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-  const uint32_t swa[4] = {s_a.x, s_a.y, s_a.z, s_a.w}, swb[4] = {s_b.x, s_b.y, s_b.z, s_b.w};
-  float acc_a = 0.0f, acc_b = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float fa = i & 1 ? bf16_hi(swa[i >> 1]) : bf16_lo(swa[i >> 1]);
-    const float fb = i & 1 ? bf16_hi(swb[i >> 1]) : bf16_lo(swb[i >> 1]);
-    const uint4 x1 = make_uint4(x.b0[i], x.b1[i], x.step[i], 0u);
-    acc_a = fmaf(fa, unit_q4(va[i], x.a[i], x1), acc_a);
-    acc_b = fmaf(fb, unit_q4(vb[i], x.a[i], x1), acc_b);
-  }
-  const float bias_a = fmaf(__uint_as_float(uint32_t(ba[lane]) << 16), x.g[0], 0.0f);
-  const float bias_b = fmaf(__uint_as_float(uint32_t(bb[lane]) << 16), x.g[0], 0.0f);
-  pa = acc_a + bias_a;
-  pb = acc_b + bias_b;
 }
 
 // NV = 2^P values per lane reduced by the canonical butterfly, transposed: at step m a lane keeps
@@ -335,12 +310,8 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
                                 row_b(s, j, 1), V == 7 ? U : kU, V == 7 ? G : kG, 6, s.xa, s.xb, s.xg, lane);
       } else {
         float pa, pb;
-        if constexpr (V == 5)
-          partials_reg(row_w(s, j, 0), row_s(s, j, 0), row_b(s, j, 0), row_w(s, j, 1), row_s(s, j, 1),
-                       row_b(s, j, 1), xr, lane, pa, pb);
-        else
-          partials<V>(row_w(s, j, 0), row_s(s, j, 0), row_b(s, j, 0), row_w(s, j, 1), row_s(s, j, 1), row_b(s, j, 1),
-                      s.xa, s.xb, s.xg, lane, pa, pb);
+        partials<V>(row_w(s, j, 0), row_s(s, j, 0), row_b(s, j, 0), row_w(s, j, 1), row_s(s, j, 1), row_b(s, j, 1),
+                    s.xa, s.xb, s.xg, lane, pa, pb, &xr);
         gv = V == 3 ? (lane & 16 ? pb : pa) : warp_butterfly2(pa, pb, lane);
       }
       const float g0 = __shfl_sync(0xffffffffu, gv, 0);
