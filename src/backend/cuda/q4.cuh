@@ -174,8 +174,8 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   return warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
 }
 
-// Two items of gate/up (rows 0, 1 and rows 2, 3) against x in the lane layout, x's unit read
-// once for the four rows: each row's chain is dot2_fast's (units lane, lane + 32, ... chunk by
+// Two pairs of rows (0, 1 and 2, 3: gate/up's two items, or two pairs of a stored product)
+// against x in the lane layout, x's unit read once for the four rows: each row's chain is dot2_fast's (units lane, lane + 32, ... chunk by
 // chunk, then its groups' bias terms, then the paired butterfly), so the results are the same
 // bits. Their four chains side by side give a warp twice the independent work between its
 // shared-memory loads (gate/up's rows alone: 5686 against 6771 cycles a block,
