@@ -43,8 +43,9 @@
 namespace {
 using namespace dq::cuda;
 
-constexpr int kThreads = 512, kWarps = 16;
-constexpr int kConsumerWarps = 15, kConsumers = 32 * kConsumerWarps;  // warp 15 is the producer
+constexpr int kThreads = 512, kWarps = 16;  // the one-kernel-a-stage reference
+// The persistent kernel: CW consumer warps and one producer warp (15 + 1 = 512 threads at up to
+// 128 registers, or 16 + 1 = 544 at up to 120).
 constexpr int kSlots = 10, kSlotBytes = 18 * 1024;                      // the weight ring: 180 KB
 constexpr int kMaxK = 6144, kNormK = 2048, kMaxStages = 128, kGShift = 6;  // groups of 64
 // x as given (normalised stages only, K <= kNormK), x's units, the group sums, the sum of squares.
@@ -84,10 +85,9 @@ __device__ __forceinline__ bool mbar_test(uint64_t* bar, unsigned parity) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
-template <int NT>
+template <int NT>  // the NT threads that compute (the producer warp never joins)
 __device__ __forceinline__ void bar_sync() {
-  if constexpr (NT == kThreads) __syncthreads();
-  else asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+  asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
 }
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
@@ -206,7 +206,59 @@ __device__ __forceinline__ RowPtrs row_ptrs(const StageDev& st, int r0, int n, i
           S(base + size_t(nr) * (wrow + srow) + size_t(i) * srow)};
 }
 
-// A block's rows of one stage: four rows a warp step (dot4_lanes), the pair left over by dot2_fast.
+// NR rows (pairs 0-1, 2-3, ...) against x, the lane layout, words and scales by half chunks to
+// keep the registers: each row's chain is dot2_fast's and dot4_lanes' (units lane, lane + 32, ...
+// chunk by chunk, its groups' bias terms, the paired butterfly), so the results are their bits.
+template <int NR>
+__device__ __forceinline__ void dotn_lanes(const uint32_t* const (&w)[NR], const unsigned short* const (&sc)[NR],
+                                           const unsigned short* const (&bi)[NR], int U, int G, const uint4* xa,
+                                           const uint4* xb, const float* xg, int lane, float (&out)[NR / 2]) {
+  float acc[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
+  for (int base = 0; base < U; base += 256) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t v[NR][4], sw[NR][2];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const uint4 a = reinterpret_cast<const uint4*>(w[r] + base)[lane + 32 * h];
+        const uint2 s2 = reinterpret_cast<const uint2*>(sc[r] + ((base * 8) >> kGShift))[(lane >> 3) * 2 + h];
+        v[r][0] = a.x, v[r][1] = a.y, v[r][2] = a.z, v[r][3] = a.w;
+        sw[r][0] = s2.x, sw[r][1] = s2.y;
+      }
+#pragma unroll
+      for (int ii = 0; ii < 4; ++ii) {
+        const int u = base + lane + 32 * (4 * h + ii);
+        const uint4 x0 = xa[u], x1 = xb[u];
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+          const float f = ii & 1 ? bf16_hi(sw[r][ii >> 1]) : bf16_lo(sw[r][ii >> 1]);
+          acc[r] = fmaf(f, unit_q4(v[r][ii], x0, x1), acc[r]);
+        }
+      }
+    }
+  }
+  float bias[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) bias[r] = 0.0f;
+  for (int g = lane; g < G; g += 32) {
+    const float xgv = xg[g];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) bias[r] = fmaf(__uint_as_float(uint32_t(bi[r][g]) << 16), xgv, bias[r]);
+  }
+#pragma unroll
+  for (int p = 0; p < NR / 2; ++p) out[p] = warp_butterfly2(acc[2 * p] + bias[2 * p], acc[2 * p + 1] + bias[2 * p + 1], lane);
+}
+
+// A warp's step of R rows from local row lr (rows past n repeat row lr and are not stored).
+template <int R>
+__device__ __forceinline__ void rows_step(const StageDev& st, int r0, int n, int lr, const XArea& a, bool ring,
+                                          unsigned char* ring_base, uint64_t* full, int seq0, int lane, bool tagged,
+                                          unsigned tag);
+
+// A block's rows of one stage: four rows a warp step (dot4_lanes), the pair left over by dot2_fast;
+// or (adaptive) the fewest rows a step (2, 4 or 6) that give every warp at most one step.
 __device__ __forceinline__ void put(const StageDev& st, int r, float v, bool tagged, unsigned tag) {
   st.y[r] = v;
   if (tagged) {
@@ -216,8 +268,17 @@ __device__ __forceinline__ void put(const StageDev& st, int r, float v, bool tag
 }
 __device__ __forceinline__ void stage_rows(const StageDev& st, int r0, int n, const XArea& a, bool ring,
                                            unsigned char* ring_base, uint64_t* full, int seq0, int warp, int nwarps,
-                                           int lane, bool tagged = false, unsigned tag = 0) {
+                                           int lane, bool tagged = false, unsigned tag = 0, bool adaptive = false) {
   const int K = st.K, U = K / 8, G = K / 64;
+  if (adaptive) {
+    const int R = n <= 2 * nwarps ? 2 : n <= 4 * nwarps ? 4 : 6;
+    for (int q = warp; q * R < n; q += nwarps) {
+      if (R == 2) rows_step<2>(st, r0, n, q * R, a, ring, ring_base, full, seq0, lane, tagged, tag);
+      else if (R == 4) rows_step<4>(st, r0, n, q * R, a, ring, ring_base, full, seq0, lane, tagged, tag);
+      else rows_step<6>(st, r0, n, q * R, a, ring, ring_base, full, seq0, lane, tagged, tag);
+    }
+    return;
+  }
   const int nq = n / 4;
   for (int q = warp; q < nq; q += nwarps) {
     RowPtrs p[4];
@@ -242,13 +303,40 @@ __device__ __forceinline__ void stage_rows(const StageDev& st, int r0, int n, co
   }
 }
 
+template <int R>
+__device__ __forceinline__ void rows_step(const StageDev& st, int r0, int n, int lr, const XArea& a, bool ring,
+                                          unsigned char* ring_base, uint64_t* full, int seq0, int lane, bool tagged,
+                                          unsigned tag) {
+  const int U = st.K / 8, G = st.K / 64;
+  const uint32_t* w[R];
+  const unsigned short *sc[R], *bi[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const RowPtrs p = row_ptrs(st, r0, n, lr + r < n ? lr + r : lr, ring, ring_base, full, seq0);
+    w[r] = p.w, sc[r] = p.s, bi[r] = p.b;
+  }
+  float out[R / 2];
+  if constexpr (R == 2) {
+    out[0] = dot2_fast<kGShift, true>(w[0], sc[0], bi[0], w[1], sc[1], bi[1], U, G, kGShift, a.xa, a.xb, a.xg, lane);
+  } else if constexpr (R == 4) {
+    dot4_lanes<kGShift>(w, sc, bi, U, G, a.xa, a.xb, a.xg, lane, out[0], out[1]);
+  } else {
+    dotn_lanes<R>(w, sc, bi, U, G, a.xa, a.xb, a.xg, lane, out);
+  }
+#pragma unroll
+  for (int p = 0; p < R / 2; ++p) {
+    const int row = lr + 2 * p + (lane >> 4);
+    if ((lane & 15) == 0 && row < n) put(st, r0 + row, out[p], tagged, tag);
+  }
+}
+
 // MODE 0: the ring; 1: no ring (rows from global memory); 2: probe, the ring streams and x's
 // phase runs but no rows; 3: probe, the handovers alone.
 __device__ unsigned g_epoch;  // one more each launch (epoch_kernel): the tagged handover's tags
 __global__ void epoch_kernel() { ++g_epoch; }
 
-template <int MODE>
-__global__ void __launch_bounds__(kThreads, 1) persist_kernel(int nstages, unsigned* counter, unsigned long long* stamps,
+template <int MODE, int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1) persist_kernel(int nstages, unsigned* counter, unsigned long long* stamps,
                                                                       unsigned long long* ends, int inflight, int flags) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kRing = MODE == 0 || MODE == 2;
@@ -263,7 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1) persist_kernel(int nstages, unsig
   if (tid == 0) *go = 0;
   __syncthreads();
 
-  if (warp == kConsumerWarps) {  // the producer: every stage's pieces in order, as far as the ring allows
+  constexpr int kConsumers = 32 * CW;
+  if (warp == CW) {  // the producer: every stage's pieces in order, as far as the ring allows
     if (!kRing || lane != 0) return;
     if (flags & 16) {
       // Quiet handovers: copies go out only when a stage's rows begin (and at the start), as
@@ -369,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1) persist_kernel(int nstages, unsig
                           (epoch << 8) | unsigned(s - 1));
     if (stamp) stamps[3 * s + 1] = now_ns();
     if (tid == 0 && (flags & 16)) *go = s + 1;
-    if (MODE == 0 || MODE == 1) stage_rows(st, r0, n, xa, kRing, ring, full, seq0, warp, kConsumerWarps, lane, tagged, tag);
+    if (MODE == 0 || MODE == 1) stage_rows(st, r0, n, xa, kRing, ring, full, seq0, warp, CW, lane, tagged, tag, flags & 32);
     if (MODE == 2 && tid == 0)
       for (int j = 0; j < pieces; ++j) mbar_wait(&full[(seq0 + j) % kSlots], unsigned((seq0 + j) / kSlots) & 1u);
     bar_sync<kConsumers>();
@@ -396,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) persist_kernel(int nstages, unsig
 
 // The same work as one kernel a stage (16 warps, weights from global memory), launched with
 // programmatic dependent launch: the reference for the bits and the launch-per-stage figure.
-__global__ void __launch_bounds__(kThreads, 1) stage_kernel(int s) {
+__global__ void __launch_bounds__(kThreads, 1) stage_kernel(int s, int adaptive) {
   extern __shared__ __align__(128) unsigned char smem[];
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -406,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(int s) {
   int r0, n;
   share(st.rows, blockIdx.x, gridDim.x, r0, n);
   x_phase<kThreads>(st.x, st.K, st.norm != 0, xa, tid, lane);
-  stage_rows(st, r0, n, xa, false, nullptr, nullptr, 0, warp, kWarps, lane);
+  stage_rows(st, r0, n, xa, false, nullptr, nullptr, 0, warp, kWarps, lane, false, 0, adaptive != 0);
 }
 
 __global__ void fill_kernel(unsigned char* w, size_t wbytes, unsigned short* sb, size_t nsb, uint32_t seed) {
@@ -563,11 +652,13 @@ int main(int argc, char** argv) {
   const size_t psmem = size_t(kSlots) * kSlotBytes + kXBytes + (2 * kSlots + 1) * 8;
   const size_t ssmem = kXBytes;
   using PK = void (*)(int, unsigned*, unsigned long long*, unsigned long long*, int, int);
-  const PK pk[4] = {persist_kernel<0>, persist_kernel<1>, persist_kernel<2>, persist_kernel<3>};
-  for (PK k : pk) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(psmem)));
+  const PK pk[2][4] = {{persist_kernel<0, 15>, persist_kernel<1, 15>, persist_kernel<2, 15>, persist_kernel<3, 15>},
+                       {persist_kernel<0, 16>, persist_kernel<1, 16>, persist_kernel<2, 16>, persist_kernel<3, 16>}};
+  for (auto& row : pk)
+    for (PK k : row) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(psmem)));
   CK(cudaFuncSetAttribute(stage_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ssmem)));
   int occ = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persist_kernel<0>, kThreads, psmem));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persist_kernel<0, 16>, 32 * 17, psmem));
   if (occ < 1) {
     std::fprintf(stderr, "deltaq-bench-persist: the persistent kernel does not fit an SM (%zu B shared)\n", psmem);
     return 1;
@@ -589,7 +680,7 @@ int main(int argc, char** argv) {
       at[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = at;
       cfg.numAttrs = 1;
-      CK(cudaLaunchKernelEx(&cfg, stage_kernel, s));
+      CK(cudaLaunchKernelEx(&cfg, stage_kernel, s, 0));
     }
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge_stages, g, 0));
@@ -612,6 +703,7 @@ int main(int argc, char** argv) {
   struct Variant {
     int mode, inflight, flags;
     const char* name;
+    int cw = 15;
   };
   const Variant variants[] = {
       {0, kSlots, 4, "persistent, ring (TMA, 10 x 18 KB), 15+1 warps"},
@@ -621,6 +713,10 @@ int main(int argc, char** argv) {
       {0, kSlots, 8, "persistent, ring, tagged handover (no counter)"},
       {0, kSlots, 16 | 4, "persistent, ring, copies only as rows begin"},
       {0, 4, 16 | 4, "persistent, ring, copies as rows begin, 4 a stage"},
+      {0, kSlots, 16 | 4, "the same with 16+1 warps", 16},
+      {0, kSlots, 32 | 16 | 4, "the same, 2/4/6 rows a warp step: one step a warp", 16},
+      {0, kSlots, 32 | 4, "16+1 warps, one step a warp, copies unpaced", 16},
+      {1, kSlots, 32 | 4, "16+1 warps, one step a warp, rows from global", 16},
       {1, kSlots, 4, "persistent, rows from global memory"},
       {2, kSlots, 0, "probe: persistent, ring + x's phase, no rows"},
       {3, kSlots, 0, "probe: persistent, the handovers alone"}};
@@ -631,7 +727,7 @@ int main(int argc, char** argv) {
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     CK(cudaMemsetAsync(counter, 0, 4, st));
     epoch_kernel<<<1, 1, 0, st>>>();
-    pk[m]<<<sms, kThreads, psmem, st>>>(ns, counter, stamps, ends, var.inflight, var.flags);
+    pk[var.cw == 16][m]<<<sms, 32 * (var.cw + 1), psmem, st>>>(ns, counter, stamps, ends, var.inflight, var.flags);
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     CK(cudaGraphDestroy(g));
