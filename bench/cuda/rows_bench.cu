@@ -49,6 +49,9 @@ constexpr int kRowBytes = kK / 2 + 2 * kG * 2;  // words, scales, biases
 //  12 three items a step, x read once for six rows, weights by half chunks (same bits)
 //  13 probe: the unit's six dp2a / dp4a replaced by three-input integer adds (IADD3, the ALU)
 //  14 probe: the unit's six dp2a / dp4a replaced by six IMADs (the FMA pipe's integer path)
+//  15 probe: a numerics-contract change, two items a step: lane l takes group l (8 units), the
+//     group's integer dot products chained in int32 and converted, scaled and accumulated once a
+//     group instead of once a unit (x quantized per group; other numbers, same loads)
 constexpr const char* kNames[] = {
     "kernel's loop (dot2_fast, paired butterfly)", "butterflies deferred, groups of 2 items",
     "butterflies deferred, groups of 4 items",      "probe: no butterfly",
@@ -57,8 +60,8 @@ constexpr const char* kNames[] = {
     "two items a step",                             "two items a step, x read once for 4 rows",
     "four items a step, x once for 8 rows, halves",  "two items a step, x once for 4 rows, halves",
     "three items a step, x once for 6 rows, halves", "probe: dp2a/dp4a as IADD3",
-    "probe: dp2a/dp4a as IMAD"};
-constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true, true, true, true, false, false};
+    "probe: dp2a/dp4a as IMAD",                     "probe: integers summed a group, 2 items a step"};
+constexpr bool kSameBits[] = {true, true, true, false, false, true, false, true, true, true, true, true, true, false, false, false};
 
 // The unit without its conversion (probe 4).
 __device__ __forceinline__ float unit_q4_noconv(uint32_t w, uint4 a, uint4 b) {
@@ -163,6 +166,42 @@ __device__ __forceinline__ void partials4(const uint32_t* const (&w)[4], const u
   }
 #pragma unroll
   for (int r = 0; r < 4; ++r) p[r] = acc[r] + fmaf(__uint_as_float(uint32_t(bi[r][lane]) << 16), xg[lane], 0.0f);
+}
+
+// Probe 15: four rows, lane l one group of 64 inputs (8 units; K 2048 has 32 groups): the
+// group's six integer dot products a unit chain on in int32 across its 8 units, then one
+// conversion, one scaling by x's step and one fmaf by the group's scale. x's units are read
+// at k * 32 + lane (a group-interleaved layout; which unit does not matter to the timing).
+__device__ __forceinline__ void partials4_group(const uint32_t* const (&w)[4], const unsigned short* const (&sc)[4],
+                                                const unsigned short* const (&bi)[4], const uint4* xa, const uint4* xb,
+                                                const float* xg, int lane, float (&p)[4]) {
+  uint32_t v[4][8];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint4* w4 = reinterpret_cast<const uint4*>(w[r]) + lane;
+    const uint4 a0 = w4[0], a1 = w4[32];
+    v[r][0] = a0.x, v[r][1] = a0.y, v[r][2] = a0.z, v[r][3] = a0.w;
+    v[r][4] = a1.x, v[r][5] = a1.y, v[r][6] = a1.z, v[r][7] = a1.w;
+  }
+  int sh[4] = {0, 0, 0, 0}, sl[4] = {0, 0, 0, 0};
+  float step = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint4 a = xa[k * 32 + lane], b = xb[k * 32 + lane];
+    if (k == 0) step = __uint_as_float(b.z);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int lo = int(v[r][k] & 0x0F0F0F0Fu), hi = int((v[r][k] >> 4) & 0x0F0F0F0Fu);
+      sh[r] = __dp2a_hi(int(a.w), hi, __dp2a_lo(int(a.z), hi, __dp2a_hi(int(a.y), lo, __dp2a_lo(int(a.x), lo, sh[r]))));
+      sl[r] = __dp4a(hi, int(b.y), __dp4a(lo, int(b.x), sl[r]));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const float f = __uint_as_float(uint32_t(sc[r][lane]) << 16);
+    const float acc = fmaf(f, __int2float_rn(sh[r] * 256 + sl[r]) * step, 0.0f);
+    p[r] = acc + fmaf(__uint_as_float(uint32_t(bi[r][lane]) << 16), xg[lane], 0.0f);
+  }
 }
 
 // NR rows with x's unit read once for all, a lane's words and scales loaded by half chunks
@@ -278,7 +317,7 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
         if (k == 0 || jj[k] != j) keep(__shfl_sync(0xffffffffu, gv[k], 0), __shfl_sync(0xffffffffu, gv[k], 16), jj[k]);
     }
     flush();
-  } else if constexpr (V == 8 || V == 9) {
+  } else if constexpr (V == 8 || V == 9 || V == 15) {
     for (int j = warp; j < items; j += 2 * kWarps) {
       const int j2 = j + kWarps < items ? j + kWarps : j;  // (the last item twice when odd)
       float p[4];
@@ -291,7 +330,8 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
         const uint32_t* const w[4] = {row_w(s, j, 0), row_w(s, j, 1), row_w(s, j2, 0), row_w(s, j2, 1)};
         const unsigned short* const sc[4] = {row_s(s, j, 0), row_s(s, j, 1), row_s(s, j2, 0), row_s(s, j2, 1)};
         const unsigned short* const bi[4] = {row_b(s, j, 0), row_b(s, j, 1), row_b(s, j2, 0), row_b(s, j2, 1)};
-        partials4(w, sc, bi, s.xa, s.xb, s.xg, lane, p);
+        if constexpr (V == 15) partials4_group(w, sc, bi, s.xa, s.xb, s.xg, lane, p);
+        else partials4(w, sc, bi, s.xa, s.xb, s.xg, lane, p);
       }
       const float gv = warp_butterfly2(p[0], p[1], lane), gv2 = warp_butterfly2(p[2], p[3], lane);
       const float g0 = __shfl_sync(0xffffffffu, gv, 0), uv = __shfl_sync(0xffffffffu, gv, 16);
@@ -407,7 +447,8 @@ const Entry kEntries[] = {{0, 8, rows_kernel<0, 8>}, {1, 8, rows_kernel<1, 8>}, 
                           {9, 8, rows_kernel<9, 8>}, {0, 16, rows_kernel<0, 16>}, {8, 16, rows_kernel<8, 16>},
                           {9, 16, rows_kernel<9, 16>}, {0, 4, rows_kernel<0, 4>}, {9, 4, rows_kernel<9, 4>},
                           {10, 8, rows_kernel<10, 8>}, {11, 8, rows_kernel<11, 8>}, {12, 8, rows_kernel<12, 8>},
-                          {10, 4, rows_kernel<10, 4>}, {13, 8, rows_kernel<13, 8>}, {14, 8, rows_kernel<14, 8>}};
+                          {10, 4, rows_kernel<10, 4>}, {13, 8, rows_kernel<13, 8>}, {14, 8, rows_kernel<14, 8>},
+                          {15, 8, rows_kernel<15, 8>}, {15, 16, rows_kernel<15, 16>}};
 
 }  // namespace
 
