@@ -330,10 +330,22 @@ __device__ __forceinline__ void rows_step(const StageDev& st, int r0, int n, int
   }
 }
 
-// MODE 0: the ring; 1: no ring (rows from global memory); 2: probe, the ring streams and x's
-// phase runs but no rows; 3: probe, the handovers alone.
 __device__ unsigned g_epoch;  // one more each launch (epoch_kernel): the tagged handover's tags
 __global__ void epoch_kernel() { ++g_epoch; }
+
+// One piece of a block's share (nr rows from row r) into ring slot `slot`, counted on full[slot].
+__device__ __forceinline__ void issue_piece(unsigned char* ring, uint64_t* full, int slot, const StageDev& st, int r,
+                                            int nr) {
+  const int wrow = st.K / 2, srow = (st.K / 64) * 2;
+  unsigned char* d = ring + size_t(slot) * kSlotBytes;
+  mbar_arrive_expect(&full[slot], uint32_t(nr) * uint32_t(wrow + 2 * srow));
+  bulk_copy(d, st.w + size_t(r) * wrow, uint32_t(nr * wrow), &full[slot]);
+  bulk_copy(d + size_t(nr) * wrow, st.s + size_t(r) * srow, uint32_t(nr * srow), &full[slot]);
+  bulk_copy(d + size_t(nr) * (wrow + srow), st.b + size_t(r) * srow, uint32_t(nr * srow), &full[slot]);
+}
+
+// MODE 0: the ring; 1: no ring (rows from global memory); 2: probe, the ring streams and x's
+// phase runs but no rows; 3: probe, the handovers alone.
 
 template <int MODE, int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1) persist_kernel(int nstages, unsigned* counter, unsigned long long* stamps,
@@ -363,7 +375,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) persist_kernel(int nstages, 
           const StageDev st = c_stage[s_issue];
           int r0, n;
           share(st.rows, blockIdx.x, gridDim.x, r0, n);
-          const int rpp = rows_per_slot(st.K), wrow = st.K / 2, srow = (st.K / 64) * 2;
+          const int rpp = rows_per_slot(st.K);
           if (j_issue * rpp >= n) {
             ++s_issue, j_issue = 0;
             continue;
@@ -374,11 +386,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) persist_kernel(int nstages, 
             if (block) mbar_wait(&empty[slot], par);
             else if (!mbar_test(&empty[slot], par)) return false;
           }
-          unsigned char* d = ring + size_t(slot) * kSlotBytes;
-          mbar_arrive_expect(&full[slot], uint32_t(nr) * uint32_t(wrow + 2 * srow));
-          bulk_copy(d, st.w + size_t(r) * wrow, uint32_t(nr * wrow), &full[slot]);
-          bulk_copy(d + size_t(nr) * wrow, st.s + size_t(r) * srow, uint32_t(nr * srow), &full[slot]);
-          bulk_copy(d + size_t(nr) * (wrow + srow), st.b + size_t(r) * srow, uint32_t(nr * srow), &full[slot]);
+          issue_piece(ring, full, slot, st, r, nr);
           ++j_issue, ++seq;
           return true;
         }
@@ -388,8 +396,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) persist_kernel(int nstages, 
       }
       int need = 0;  // pieces up to this stage's last
       for (int s = 0; s < nstages; ++s) {
-        while (*go <= s) {
-        }
+        while (*go <= s) __nanosleep(64);  // (a spinning warp would take issue slots from the rows)
         // This stage's own pieces must be on their way (the ring had no room for them earlier).
         {
           const StageDev st = c_stage[s];
@@ -408,18 +415,14 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) persist_kernel(int nstages, 
       const StageDev st = c_stage[s];
       int r0, n;
       share(st.rows, blockIdx.x, gridDim.x, r0, n);
-      const int rpp = rows_per_slot(st.K), wrow = st.K / 2, srow = (st.K / 64) * 2;
+      const int rpp = rows_per_slot(st.K);
       for (int j = 0; j * rpp < n; ++j, ++seq) {
         const int slot = seq % kSlots, nr = min(rpp, n - j * rpp), r = r0 + j * rpp;
         if (seq >= kSlots) mbar_wait(&empty[slot], unsigned(seq / kSlots - 1) & 1u);
         // At most `inflight` pieces on their way: each SM's loads share one return path, so a
         // deep burst delays the latency-critical loads (x, the counter) queued behind it.
         if (seq >= inflight) mbar_wait(&full[(seq - inflight) % kSlots], unsigned((seq - inflight) / kSlots) & 1u);
-        unsigned char* d = ring + size_t(slot) * kSlotBytes;
-        mbar_arrive_expect(&full[slot], uint32_t(nr) * uint32_t(wrow + 2 * srow));
-        bulk_copy(d, st.w + size_t(r) * wrow, uint32_t(nr * wrow), &full[slot]);
-        bulk_copy(d + size_t(nr) * wrow, st.s + size_t(r) * srow, uint32_t(nr * srow), &full[slot]);
-        bulk_copy(d + size_t(nr) * (wrow + srow), st.b + size_t(r) * srow, uint32_t(nr * srow), &full[slot]);
+        issue_piece(ring, full, slot, st, r, nr);
       }
     }
     return;
