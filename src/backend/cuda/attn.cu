@@ -4,6 +4,8 @@
 // (decode: kernels 1 and 2 are one, scores_append_kernel);
 // kernel 3: max, exp, canonical sum, weighted sum of V in position order, output gate.
 #include <cstdlib>
+#include <map>
+#include <tuple>
 
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
@@ -525,6 +527,279 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
   }
 }
 
+// Decode (T = 1): the scores, the softmax and the weighted sum of V in one kernel, so one
+// launch boundary fewer than scores_append_kernel + softmax_v_group_kernel. A cluster of
+// NB = hd / 16 blocks per KV head j: block r owns dims 16r..16r+15 of V (as the grouped
+// kernel's blocks) and the positions of the 8-position chunks c with c mod NB = r (one a warp),
+// whose scores for the G query heads it makes into its own e array. After a cluster barrier
+// every block copies the others' chunks from their shared memory, then runs the grouped
+// kernel's softmax and chain. Each block appends its 16 dims of k and v. The same arithmetic in
+// the same order as scores_append_kernel and softmax_v_group_kernel.
+__device__ __forceinline__ float ld_cluster(const float* local, int rank) {
+  uint32_t ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(local)), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+  return v;
+}
+constexpr size_t cluster_smem_floats(int G, int S, int hd, int max_ctx) {
+  return group_ring_floats(S) + size_t(G) * ((max_ctx + 3) & ~3) + size_t(G + 1) * hd;
+}
+
+template <int G, int S>
+__global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs a, int skip) {
+  static_assert(8 % G == 0 && G * kGroupDims <= 64 && 2 + G <= 8 && G + 1 <= 8, "heads per KV head: 1, 2 or 4");
+  constexpr int kVStages = S, kB = 4;  // kB: positions a warp's K loads cover at once
+  pdl_trigger();
+  extern __shared__ __align__(16) float sm[];
+  const int ctx4 = (a.max_ctx + 3) & ~3, hd = a.hd, half = a.rot / 2, nc = (hd + 31) / 32;
+  float* ring = sm;                                // [S][kVPos][kGroupDims]
+  float* e_all = sm + group_ring_floats(S);        // [G][ctx4] scores, then exp(s - max)
+  float* q = e_all + size_t(G) * ctx4;             // [G][hd] the query heads, normalised and rotated
+  float* kn = q + G * hd;                          // [hd] the new position's k
+  __shared__ float slot[kGroupThreads / 32], zs[G], ssq[G + 1];
+  const int NB = gridDim.x / a.hkv, j = blockIdx.x / NB, r = blockIdx.x % NB;  // r: the rank in the cluster
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int d0 = r * kGroupDims;
+  const size_t stride = size_t(a.hkv) * hd;
+  const float* vbase = a.v_cache + size_t(j) * hd + d0;
+  const float* vnew = a.v + size_t(j) * hd + d0;
+  const float* kc = a.k_cache + size_t(j) * hd;
+  auto issue = [&](int c, int lim) {  // V chunk c's positions below lim into its stage
+    float* dst = ring + size_t(c % kVStages) * kVPos * kGroupDims;
+    const int pos = tid / (kGroupDims / 4), part = tid % (kGroupDims / 4);
+    const int tau = c * kVPos + pos;
+    if (tau < lim && d0 + 4 * part < hd) async_copy16(dst + pos * kGroupDims + 4 * part, vbase + size_t(tau) * stride + 4 * part);
+  };
+  auto put_new_v = [&](int p) {  // the new position's row of V into its stage (its chunk is issued without it)
+    float* dst = ring + size_t((p / kVPos) % kVStages) * kVPos * kGroupDims + (p % kVPos) * kGroupDims;
+    if (tid < kGroupDims && d0 + tid < hd) dst[tid] = vnew[tid];
+  };
+  // This warp's k-th position: chunk NB * k + r, position `warp` in it.
+  auto tau_of = [&](int k) { return 8 * (NB * k + r) + warp; };
+  float kv[kB][kFusedNc];
+  auto load_k = [&](int k0, int lim) {  // the cache's rows below lim
+#pragma unroll
+    for (int k = 0; k < kB; ++k) {
+      const int tau = tau_of(k0 + k);
+#pragma unroll
+      for (int c = 0; c < kFusedNc; ++c)
+        kv[k][c] = (c < nc && tau < lim && lane + 32 * c < hd) ? kc[tau * stride + lane + 32 * c] : 0.0f;
+    }
+  };
+  // Thread i's q / k norm weights at i and i + half and rotary cos / sin at position p.
+  float wq = 0.0f, wk = 0.0f, wq2 = 0.0f, wk2 = 0.0f, ci = 0.0f, si = 0.0f;
+  auto load_own = [&](int pp) {
+    const int i = tid;
+    if (i < hd) wq = a.q_norm[i], wk = a.k_norm[i];
+    if (i < half) {
+      wq2 = a.q_norm[i + half], wk2 = a.k_norm[i + half];
+      ci = a.rope_cos[size_t(pp) * half + i], si = a.rope_sin[size_t(pp) * half + i];
+    }
+  };
+  auto start = [&](int p) {  // what needs only the position and the cache before p
+#pragma unroll
+    for (int c = 0; c < kVStages - 1; ++c) {
+      issue(c, p);
+      async_commit();
+    }
+    load_k(0, p);
+    load_own(p);
+  };
+  int p = 0;
+  if (a.early) {
+    p = *a.pos;
+    if (p >= 0 && p < a.max_ctx) start(p);
+  }
+  pdl_wait();
+  if (skip) {  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+    async_wait_all();
+    return;
+  }
+  if (!a.early) p = *a.pos;
+  if (p < 0 || p >= a.max_ctx) {
+    if (blockIdx.x == 0 && tid == 0) report_error(a.err, kErrContextFull, p, a.max_ctx);
+    async_wait_all();
+    return;
+  }
+  const int L = p + 1;
+  if (!a.early) start(p);
+  // The G query heads and the new k as given; this block's dims of the new v to the cache.
+  for (int e = tid; e < G * hd; e += kGroupThreads) q[e] = a.qg[(size_t(j) * G + e / hd) * 2 * hd + e % hd];
+  for (int i = tid; i < hd; i += kGroupThreads) kn[i] = a.k[size_t(j) * hd + i];
+  if (tid < kGroupDims && d0 + tid < hd) a.v_cache[size_t(p) * stride + size_t(j) * hd + d0 + tid] = vnew[tid];
+  __syncthreads();
+  if (warp <= G) {  // warp g < G: head g's sum of squares, warp G: k's (block_sum_squares' order)
+    const float* x = warp < G ? q + warp * hd : kn;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
+    ss = warp_butterfly(ss);
+    if (lane == 0) ssq[warp] = ss;
+  }
+  __syncthreads();
+  // RMSNorm then rotary, in place (norm_rope_own's arithmetic): thread i < half owns dims i and
+  // i + half, thread i >= rot dim i.
+  if (tid < hd) {
+    const int i = tid;
+    for (int g = 0; g <= G; ++g) {
+      float* x = g < G ? q + g * hd : kn;
+      const float w1 = g < G ? wq : wk, w2 = g < G ? wq2 : wk2;
+      const float rr = num::rms_inv(ssq[g], hd, a.eps);
+      if (i < half) {
+        const float lo_in = (x[i] * rr) * w1, hi_in = (x[i + half] * rr) * w2;
+        const float lo = lo_in * ci - hi_in * si;
+        const float hi = hi_in * ci + lo_in * si;
+        x[i] = lo;
+        x[i + half] = hi;
+      } else if (i >= 2 * half) {
+        x[i] = (x[i] * rr) * w1;
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < kGroupDims && d0 + tid < hd) a.k_cache[size_t(p) * stride + size_t(j) * hd + d0 + tid] = kn[d0 + tid];
+  // This block's scores (the new position's k from kn).
+  const float scale = 1.0f / sqrtf(float(hd));
+  for (int k0 = 0; 8 * (NB * k0 + r) <= p; k0 += kB) {
+    if (k0 > 0) load_k(k0, p);
+#pragma unroll
+    for (int k = 0; k < kB; ++k) {
+      const int tau = tau_of(k0 + k);
+      if (tau == p)
+#pragma unroll
+        for (int c = 0; c < kFusedNc; ++c)
+          if (c < nc && lane + 32 * c < hd) kv[k][c] = kn[lane + 32 * c];
+      if (tau <= p)
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kFusedNc; ++c)
+            if (c < nc && lane + 32 * c < hd) acc = fmaf(q[g * hd + lane + 32 * c], kv[k][c], acc);
+          acc = warp_butterfly(acc);
+          if (lane == 0) e_all[size_t(g) * ctx4 + tau] = acc * scale;
+        }
+    }
+  }
+  // Every block's scores are made: take the other blocks' chunks from their shared memory.
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  for (int tau = tid; tau < L; tau += kGroupThreads) {
+    const int owner = (tau >> 3) % NB;
+    if (owner != r)
+#pragma unroll
+      for (int g = 0; g < G; ++g) e_all[size_t(g) * ctx4 + tau] = ld_cluster(e_all + size_t(g) * ctx4 + tau, owner);
+  }
+  // No block reads another's memory after this; each waits for the others before it exits.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  __syncthreads();
+  // Head g's max and exp by its 8 / G warps (softmax_v_group_kernel's order from here on).
+  constexpr int kWarpsPerHead = 8 / G;
+  const int g_own = warp / kWarpsPerHead, sub = (warp % kWarpsPerHead) * 32 + lane;
+  float* e = e_all + size_t(g_own) * ctx4;
+  float mx = -INFINITY;
+#pragma unroll 8
+  for (int tau = sub; tau < L; tau += 32 * kWarpsPerHead) mx = fmaxf(mx, e[tau]);
+  for (int m = 16; m >= 1; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  if (lane == 0) slot[warp] = mx;
+  __syncthreads();
+  mx = slot[g_own * kWarpsPerHead];
+  for (int w = 1; w < kWarpsPerHead; ++w) mx = fmaxf(mx, slot[g_own * kWarpsPerHead + w]);
+  for (int tau = sub; tau < L; tau += 32 * kWarpsPerHead) e[tau] = num::exp(e[tau] - mx);
+  __syncthreads();
+  if (warp >= 2 && warp < 2 + G) {  // Z of head warp - 2, by a warp that runs no chain
+    const float* ez = e_all + size_t(warp - 2) * ctx4;
+    float z = 0.0f;
+#pragma unroll 8
+    for (int tau = lane; tau < L; tau += 32) z = z + ez[tau];
+    z = warp_butterfly(z);
+    if (lane == 0) zs[warp - 2] = z;
+  }
+  // (the barrier at the first chunk publishes Z and the new row of V)
+  if (p / kVPos < kVStages - 1) put_new_v(p);
+  const int nchunks = (L + kVPos - 1) / kVPos;
+  const int g = tid / kGroupDims, d = tid % kGroupDims, i = d0 + d;
+  const bool chain = tid < G * kGroupDims && i < hd;
+  const float* ec_all = e_all + size_t(g < G ? g : 0) * ctx4;
+  float acc = 0.0f;
+  for (int c = 0; c < nchunks; ++c) {
+    if (c + kVStages - 1 < nchunks) {
+      issue(c + kVStages - 1, p);
+      if (c + kVStages - 1 == p / kVPos) put_new_v(p);
+    }
+    async_commit();
+    async_wait_group<kVStages - 1>();  // this thread's piece of chunk c has landed
+    __syncthreads();                   // and everyone's
+    if (chain) {
+      const float* v = ring + size_t(c % kVStages) * kVPos * kGroupDims + d;
+      const int n = min(kVPos, L - c * kVPos);
+      const float* ec = ec_all + c * kVPos;
+      if (n == kVPos) {
+        acc = chain_chunk<kGroupDims>(ec, v, acc);
+      } else {
+        for (int k = 0; k < n; ++k) acc = fmaf(ec[k], v[k * kGroupDims], acc);
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's issue
+  }
+  if (chain) {
+    const int h = j * G + g;
+    const float* gate = a.qg + size_t(h) * 2 * hd + hd;
+    a.out[size_t(h) * hd + i] = (acc / zs[g]) * num::sigmoid(gate[i]);
+  }
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the others have read this block's scores
+}
+
+using ClusterKernel = void (*)(AttnArgs, int);
+ClusterKernel cluster_kernel_for(int G, int S) {
+  static const ClusterKernel table[2][3] = {{attn_cluster_kernel<1, 4>, attn_cluster_kernel<2, 4>, attn_cluster_kernel<4, 4>},
+                                            {attn_cluster_kernel<1, 16>, attn_cluster_kernel<2, 16>, attn_cluster_kernel<4, 16>}};
+  return table[S == 16 ? 1 : 0][G == 1 ? 0 : G == 2 ? 1 : 2];
+}
+
+// Launches the one-kernel decode when it applies (T = 1, G = 1, 2 or 4, hd a multiple of 16 up to
+// 256, the cluster's shared memory and the clusters fit); false otherwise.
+// DELTAQ_ATTN_CLUSTER=0 (an A/B knob): never.
+bool launch_attn_cluster(const AttnArgs& a, int skip, cudaStream_t s) {
+  static const char* env = std::getenv("DELTAQ_ATTN_CLUSTER");
+  static const bool on = !(env && env[0] == '0');
+  const int G = a.hkv > 0 && a.h % a.hkv == 0 ? a.h / a.hkv : 0;
+  if (!on || a.T != 1 || !(G == 1 || G == 2 || G == 4) || a.hd % kGroupDims != 0 || a.hd > 32 * kFusedNc) return false;
+  const int NB = a.hd / kGroupDims;
+  const int S = cluster_smem_floats(G, 16, a.hd, a.max_ctx) * 4 <= 225 * 1024 ? 16 : 4;
+  const size_t smem = cluster_smem_floats(G, S, a.hd, a.max_ctx) * 4;
+  if (smem > 225 * 1024) return false;
+  const ClusterKernel k = cluster_kernel_for(G, S);
+  // Whether hkv clusters of NB blocks fit at once (the occupancy API), per shape.
+  static std::map<std::tuple<ClusterKernel, int, size_t>, bool> fits;
+  const auto key = std::make_tuple(k, NB, smem);
+  auto it = fits.find(key);
+  if (it == fits.end()) {
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+    if (NB > 8) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(a.hkv * NB);
+    cfg.blockDim = dim3(kGroupThreads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = NB;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int got = 0;
+    if (cudaOccupancyMaxActiveClusters(&got, k, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      got = 0;
+    }
+    it = fits.emplace(key, got >= a.hkv).first;
+  }
+  if (!it->second) return false;
+  launch_kernel_in(unsigned(NB), k, a.hkv * NB, kGroupThreads, smem, s, a, skip);
+  return true;
+}
+
 }  // namespace
 
 void launch_attn(const AttnArgs& a, cudaStream_t s) {
@@ -540,6 +815,7 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
   static const char* fused_env = std::getenv("DELTAQ_ATTN_FUSED");
   static const bool fused_on = !(fused_env && fused_env[0] == '0');
   AttnArgs b = a;
+  if (launch_attn_cluster(a, skip || skip_v, s)) return;
   if (fused_on && a.T == 1 && a.hd <= 32 * kFusedNc) {
     launch_kernel(scores_append_kernel, grid, 256, size_t(2 * a.hd + 32) * 4, s, b, skip);
   } else {
