@@ -660,7 +660,6 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
     }
   }
   __syncthreads();
-  DQ_MARK();
   if (tid < kGroupDims && d0 + tid < hd) a.k_cache[size_t(p) * stride + size_t(j) * hd + d0 + tid] = kn[d0 + tid];
   // This block's scores (the new position's k from kn), into every block's e.
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
@@ -687,10 +686,8 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
     }
   }
   // Every block's scores are made and stored everywhere.
-  DQ_MARK();
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-  DQ_MARK();
   // Head g's max and exp by its 8 / G warps (softmax_v_group_kernel's order from here on).
   constexpr int kWarpsPerHead = 8 / G;
   const int g_own = warp / kWarpsPerHead, sub = (warp % kWarpsPerHead) * 32 + lane;
@@ -715,7 +712,6 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
   }
   // (the barrier at the first chunk publishes Z and the new row of V)
   if (p / kVPos < kVStages - 1) put_new_v(p);
-  DQ_MARK();
   const int nchunks = (L + kVPos - 1) / kVPos;
   const int g = tid / kGroupDims, d = tid % kGroupDims, i = d0 + d;
   const bool chain = tid < G * kGroupDims && i < hd;
@@ -741,7 +737,6 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
     }
     __syncthreads();  // the stage is refilled by the next iteration's issue
   }
-  DQ_MARK();
   if (chain) {
     const int h = j * G + g;
     const float* gate = a.qg + size_t(h) * 2 * hd + hd;
