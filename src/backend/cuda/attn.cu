@@ -531,15 +531,16 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
 // launch boundary fewer than scores_append_kernel + softmax_v_group_kernel. A cluster of
 // NB = hd / 16 blocks per KV head j: block r owns dims 16r..16r+15 of V (as the grouped
 // kernel's blocks) and the positions of the 8-position chunks c with c mod NB = r (one a warp),
-// whose scores for the G query heads it stores into every block's e array (lane l to block l).
-// After a cluster barrier every block runs the grouped kernel's softmax and chain. Each block appends its 16 dims of k and v. The same arithmetic in
+// whose scores for the G query heads it makes into its own e array. After a cluster barrier
+// every block copies the others' chunks from their shared memory, then runs the grouped
+// kernel's softmax and chain. Each block appends its 16 dims of k and v. The same arithmetic in
 // the same order as scores_append_kernel and softmax_v_group_kernel.
-// A store into block `rank`'s shared memory at the address of `local` in this block's (fire and
-// forget: published by the next cluster barrier's release).
-__device__ __forceinline__ void st_cluster(float* local, int rank, float v) {
+__device__ __forceinline__ float ld_cluster(const float* local, int rank) {
   uint32_t ra;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(local)), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+  return v;
 }
 constexpr size_t cluster_smem_floats(int G, int S, int hd, int max_ctx) {
   return group_ring_floats(S) + size_t(G) * ((max_ctx + 3) & ~3) + size_t(G + 1) * hd;
@@ -550,8 +551,6 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
   static_assert(8 % G == 0 && G * kGroupDims <= 64 && 2 + G <= 8 && G + 1 <= 8, "heads per KV head: 1, 2 or 4");
   constexpr int kVStages = S, kB = 4;  // kB: positions a warp's K loads cover at once
   pdl_trigger();
-  // (waited before the first store into another block: every block of the cluster has started)
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   extern __shared__ __align__(16) float sm[];
   const int ctx4 = (a.max_ctx + 3) & ~3, hd = a.hd, half = a.rot / 2, nc = (hd + 31) / 32;
   float* ring = sm;                                // [S][kVPos][kGroupDims]
@@ -615,14 +614,12 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
   pdl_wait();
   if (skip) {  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
     async_wait_all();
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     return;
   }
   if (!a.early) p = *a.pos;
   if (p < 0 || p >= a.max_ctx) {
     if (blockIdx.x == 0 && tid == 0) report_error(a.err, kErrContextFull, p, a.max_ctx);
     async_wait_all();
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     return;
   }
   const int L = p + 1;
@@ -661,8 +658,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
   }
   __syncthreads();
   if (tid < kGroupDims && d0 + tid < hd) a.k_cache[size_t(p) * stride + size_t(j) * hd + d0 + tid] = kn[d0 + tid];
-  // This block's scores (the new position's k from kn), into every block's e.
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  // This block's scores (the new position's k from kn).
   const float scale = 1.0f / sqrtf(float(hd));
   for (int k0 = 0; 8 * (NB * k0 + r) <= p; k0 += kB) {
     if (k0 > 0) load_k(k0, p);
@@ -681,13 +677,22 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
           for (int c = 0; c < kFusedNc; ++c)
             if (c < nc && lane + 32 * c < hd) acc = fmaf(q[g * hd + lane + 32 * c], kv[k][c], acc);
           acc = warp_butterfly(acc);
-          if (lane < NB) st_cluster(e_all + size_t(g) * ctx4 + tau, lane, acc * scale);
+          if (lane == 0) e_all[size_t(g) * ctx4 + tau] = acc * scale;
         }
     }
   }
-  // Every block's scores are made and stored everywhere.
+  // Every block's scores are made: take the other blocks' chunks from their shared memory.
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  for (int tau = tid; tau < L; tau += kGroupThreads) {
+    const int owner = (tau >> 3) % NB;
+    if (owner != r)
+#pragma unroll
+      for (int g = 0; g < G; ++g) e_all[size_t(g) * ctx4 + tau] = ld_cluster(e_all + size_t(g) * ctx4 + tau, owner);
+  }
+  // No block reads another's memory after this; each waits for the others before it exits.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  __syncthreads();
   // Head g's max and exp by its 8 / G warps (softmax_v_group_kernel's order from here on).
   constexpr int kWarpsPerHead = 8 / G;
   const int g_own = warp / kWarpsPerHead, sub = (warp % kWarpsPerHead) * 32 + lane;
@@ -742,6 +747,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1) attn_cluster_kernel(AttnArgs
     const float* gate = a.qg + size_t(h) * 2 * hd + hd;
     a.out[size_t(h) * hd + i] = (acc / zs[g]) * num::sigmoid(gate[i]);
   }
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the others have read this block's scores
 }
 
 using ClusterKernel = void (*)(AttnArgs, int);
@@ -760,9 +766,7 @@ bool launch_attn_cluster(const AttnArgs& a, int skip, cudaStream_t s) {
   const int G = a.hkv > 0 && a.h % a.hkv == 0 ? a.h / a.hkv : 0;
   if (!on || a.T != 1 || !(G == 1 || G == 2 || G == 4) || a.hd % kGroupDims != 0 || a.hd > 32 * kFusedNc) return false;
   const int NB = a.hd / kGroupDims;
-  // 16 stages of V when they fit, else 4 (DELTAQ_ATTN_CLUSTER_STAGES=4: always 4, an A/B knob).
-  static const int stages_cap = env_int("DELTAQ_ATTN_CLUSTER_STAGES", 16) == 4 ? 4 : 16;
-  const int S = stages_cap == 16 && cluster_smem_floats(G, 16, a.hd, a.max_ctx) * 4 <= 225 * 1024 ? 16 : 4;
+  const int S = cluster_smem_floats(G, 16, a.hd, a.max_ctx) * 4 <= 225 * 1024 ? 16 : 4;
   const size_t smem = cluster_smem_floats(G, S, a.hd, a.max_ctx) * 4;
   if (smem > 225 * 1024) return false;
   const ClusterKernel k = cluster_kernel_for(G, S);
