@@ -223,28 +223,26 @@ class CudaQueue : public Queue {
       issue();
       if (capture_deferred_) {
         capture_deferred_ = false;
-        std::vector<int> prods;  // ops with weights, in order
-        std::vector<L2Ahead> spans(g->ops.size());
-        for (size_t i = 0; i < g->ops.size(); ++i)
-          if (weight_spans(g->ops[i], spans[i])) prods.push_back(int(i));
-        for (size_t k = 0; k < prods.size(); ++k) {
+        const size_t n = g->ops.size();
+        std::vector<L2Ahead> spans(n), ahead(n);
+        std::vector<size_t> prods;  // the ops with weights, in order
+        for (size_t i = 0; i < n; ++i)
+          if (weight_spans(g->ops[i], spans[i])) prods.push_back(i);
+        for (size_t k = 0; k < prods.size() && prods.size() > size_t(ahead_d); ++k) {
           const L2Ahead& t = spans[prods[(k + ahead_d) % prods.size()]];
           uint64_t total = 0;
           for (int j = 0; j < t.count; ++j) total += t.n[j];
-          if (total <= ahead_cap && prods.size() > size_t(ahead_d)) ahead_of_[prods[k]] = t;
+          if (total <= ahead_cap) ahead[prods[k]] = t;
         }
-        for (size_t i = 0; i < g->ops.size(); ++i) {
-          auto it = ahead_of_.find(int(i));
-          ahead_ = it != ahead_of_.end() ? it->second : L2Ahead{};
+        for (size_t i = 0; i < n; ++i) {
+          ahead_ = ahead[i];
           launch(g->ops[i]);
         }
         ahead_ = L2Ahead{};
-        ahead_of_.clear();
       }
     } catch (...) {
       capture_deferred_ = false;
       ahead_ = L2Ahead{};
-      ahead_of_.clear();
       capture_ = nullptr;
       cudaGraph_t dummy;
       cudaStreamEndCapture(stream_, &dummy);
@@ -583,7 +581,6 @@ class CudaQueue : public Queue {
   CudaGraph* capture_ = nullptr;
   bool capture_deferred_ = false;        // DELTAQ_L2_AHEAD: the capture collects, then launches
   L2Ahead ahead_;                        // what the op being launched asks into L2
-  std::map<int, L2Ahead> ahead_of_;      // per op of the capture
   OpProfile profile_;
   std::vector<Pending> pending_prof_;
 };
