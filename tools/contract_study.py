@@ -23,7 +23,11 @@ def rounder(scheme):
     """x -> x as the scheme's integers represent it (exactly: xi * 2^(E-P+1))."""
     if scheme == 'none':
         return lambda x: x
-    block, p = (int(t) for t in scheme.split(':'))
+    try:
+        block, p = (int(t) for t in scheme.split(':'))
+        assert block > 0 and 2 <= p <= 30
+    except (ValueError, AssertionError):
+        raise SystemExit(f'scheme {scheme!r}: expected none or BLOCK:P (e.g. 8:22, BLOCK > 0, 2 <= P <= 30)')
 
     def r(x):
         n = x.size
@@ -43,6 +47,7 @@ def main():
         raise SystemExit(__doc__)
     d = sys.argv[1]
     schemes = sys.argv[2:] or ['none', '8:22', '8:16', '8:15', '8:14', '8:12', '64:22', '64:15']
+    rounders = {s: rounder(s) for s in schemes}  # (a bad scheme stops here, before any forward)
     if 'quantization' not in json.load(open(d + '/config.json')):
         raise SystemExit(f'{d}: not an MLX 4-bit checkpoint (no "quantization" in config.json)')
 
@@ -60,7 +65,7 @@ def main():
     print(f'{d}: {len(tokens)} positions (prompt {len(prompt)}); relative L2 error of a row of logits')
     print(f'{"scheme":>8} {"vs exact x: worst":>18} {"median":>9} {"vs HF: worst":>13} {"median":>9} {"argmax != HF":>13}')
     for s in schemes:
-        lg = exact if s == 'none' else run(rounder(s))
+        lg = exact if s == 'none' else run(rounders[s])
         e1, e2 = rel(lg, exact), rel(lg, hf)
         flips = int(np.sum(np.argmax(lg[len(prompt) - 1:], axis=1) != np.array(gen)))
         print(f'{s:>8} {e1.max():18.2e} {np.median(e1):9.2e} {e2.max():13.2e} {np.median(e2):9.2e} {flips:13d}')
