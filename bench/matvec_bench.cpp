@@ -2,6 +2,8 @@
 //   (0) on AVX-512 VNNI: the core's rate of 512-bit VPDPBUSD (the exact integer unit needs six
 //       per 64 bytes of weights and row), i.e. the kernel's compute ceiling on this machine,
 //   (1) compute rate with a matrix that stays in cache (no memory traffic),
+//   (1b) x's preparation for 4-bit rows alone (the unit integers as limbs), per kernel set, in us:
+//       it runs on one thread before each product's rows,
 //   (2) streaming rate over the 187 weight products of one Qwen3.5-2B decode step (97 stages,
 //       lm_head included; 1.06 GB, random 4-bit weights in anonymous memory), against the read
 //       bandwidth measured just before and after in the same run.
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "ops/ops.h"
 #include "random_weights.h"
@@ -89,6 +92,38 @@ int main(int argc, char** argv) {
       double elems = double(passes) * cache_rows * 2048;
       std::printf("in-cache   [%d x 2048] 4-bit: %.2f G weights/s = %.1f GB/s of 4-bit weights (%.2f us per product)\n", cache_rows,
                   elems / s / 1e9, double(passes) * m.bytes() / s / 1e9, 1e6 * s / passes);
+    }
+
+    // (1b) x prepared for the 4-bit rows of the 2B step's widths, on one thread.
+    for (CpuKernels set : {CpuKernels::Generic, CpuKernels::Avx2, CpuKernels::Avx512}) {
+      try {
+        resolve_cpu_kernels(set);
+      } catch (const std::exception&) {
+        continue;  // not on this CPU
+      }
+      const cpu::KernelSet* ks = set == CpuKernels::Generic ? cpu::generic_kernels()
+                                 : set == CpuKernels::Avx2  ? cpu::avx2_kernels()
+                                                            : cpu::avx512_kernels();
+      std::printf("prepare    %-8s", ks->name);
+      for (int K : {2048, 4096, 6144}) {
+        Matrix m;
+        m.format = WFormat::Affine;
+        m.bits = 4;
+        m.group_size = 64;
+        m.cols = K;
+        m.rows = 1;
+        std::vector<float> x(static_cast<size_t>(K)), xp(ks->prepared_size(m));
+        std::normal_distribution<float> nd;
+        for (float& v : x) v = nd(rng);
+        const int n = 4000;
+        auto t0 = clk::now();
+        for (int i = 0; i < n; ++i) {
+          ks->prepare(m, x.data(), xp.data());
+          asm volatile("" ::"r"(xp.data()) : "memory");
+        }
+        std::printf("  K %d: %.2f us", K, std::chrono::duration<double, std::micro>(clk::now() - t0).count() / n);
+      }
+      std::printf("\n");
     }
 
     if (reps == 0) return 0;

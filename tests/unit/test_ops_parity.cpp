@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_runner.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/unit_limbs.h"
 #include "ops/reference.h"
 #include "parity_cases.h"
 
@@ -236,5 +237,58 @@ TEST(OpsParity, DrawWeightsEqualTheScalarOnEveryKernelSet) {
           ASSERT_EQ(a, b) << ks->name << " x=" << x[i] << " T=" << T << " min_p=" << min_p;
         }
       }
+  }
+}
+
+// The SIMD sets' prepared x for 4-bit rows (unit integers as limbs, unit_limbs.h) against the
+// scalar form byte for byte: whole blocks and a partial last one, every magnitude of a unit's
+// largest input (the scale's exponent), rounding halves, zero and tiny units (below 2^-100),
+// subnormals, -0, infinities and NaN.
+TEST(OpsParity, PreparedLimbsEqualTheScalarForm) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> expo(-140, 127), kind(0, 15);
+  auto unit_value = [&](int e) {
+    switch (kind(rng)) {
+      case 0: return 0.0f;
+      case 1: return -0.0f;
+      case 2: return std::ldexp(1.0f, e);                            // a power of two
+      case 3: return std::ldexp(1.999999881f, std::min(e, 126));   // just below the next one
+      case 4: return std::ldexp(float(int(normal(rng) * 8)) + 0.5f, e - 24);  // a half to round
+      case 5: return 1e-40f * normal(rng);                             // subnormal
+      default: return std::ldexp(normal(rng), e);
+    }
+  };
+  for (CpuKernels k : {CpuKernels::Avx2, CpuKernels::Avx512}) {
+    try {
+      resolve_cpu_kernels(k);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const cpu::KernelSet* ks = k == CpuKernels::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels();
+    ASSERT_NE(ks, nullptr);
+    const int L = k == CpuKernels::Avx2 ? 8 : 16;
+    for (int U : {1, 7, 8, 15, 16, 17, 31, 32, 33, 256, 257, 768}) {
+      Matrix m;
+      m.format = WFormat::Affine;
+      m.bits = 4;
+      m.group_size = 32;
+      m.cols = 8 * U;
+      m.rows = 1;
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<float> x(size_t(8 * U));
+        for (int u = 0; u < U; ++u) {
+          const int e = trial == 0 ? -110 + u % 20 : expo(rng);  // trial 0: around the 2^-100 cut
+          for (int j = 0; j < 8; ++j) x[size_t(8 * u + j)] = unit_value(e - j % 3);
+          if (kind(rng) == 0) x[size_t(8 * u + kind(rng) % 8)] = kind(rng) < 8 ? NAN : (kind(rng) < 8 ? INFINITY : -INFINITY);
+        }
+        const size_t n = ks->prepared_size(m);
+        ASSERT_EQ(n % size_t(8 * L), 0u);
+        std::vector<float> got(n, 1.0f), want(n, 2.0f);
+        ks->prepare(m, x.data(), got.data());
+        cpu::prepare_unit_limbs(x.data(), U, L, size_t(8 * L), n, want.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << ks->name << " U=" << U << " trial " << trial;
+      }
+    }
   }
 }

@@ -43,10 +43,59 @@ size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloat
 
 // Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs
 // (unit_limbs.h); zero past the row. BF16: xp[b][k][m] = x[8(8b + m) + k]; zero past the row.
-void prepare(const Matrix& m, const float* x, float* xp) {
+// prepare_unit_limbs for whole blocks of 8 units, as kernels_avx512.cpp's
+// prepare_unit_limbs_avx512 does with 16 (the same steps; the bits are non-negative after the
+// sign is cleared, so signed compares and maxima order them). The bytes equal the scalar form's
+// (OpsParity.PreparedLimbsEqualTheScalarForm).
+DQ_AVX2 void prepare_unit_limbs_avx2(const float* x, int U, float* xp) {
+  const int full = U / kBlockUnits;
+  const __m256i idx = _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56);
+  const __m256i low7 = _mm256_set1_epi32(0x7FFFFFFF), byte = _mm256_set1_epi32(0xFF);
+  for (int b = 0; b < full; ++b) {
+    const float* xb = x + size_t(b) * kBlockFloats;
+    __m256 v[8];
+    __m256i mbits = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {  // v[k]: input k of the 8 units
+      v[k] = _mm256_i32gather_ps(xb + k, idx, 4);
+      mbits = _mm256_max_epi32(mbits, _mm256_and_si256(_mm256_castps_si256(v[k]), low7));
+    }
+    const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), mbits);
+    const __m256i eb = _mm256_srli_epi32(mbits, 23);
+    const __m256i scaled = _mm256_and_si256(finite, _mm256_cmpgt_epi32(eb, _mm256_set1_epi32(26)));
+    const __m256 up = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(275), eb), 23));
+    const __m256i pow = _mm256_slli_epi32(_mm256_sub_epi32(eb, _mm256_set1_epi32(21)), 23);
+    const __m256i step = _mm256_or_si256(_mm256_and_si256(scaled, pow),
+                                         _mm256_andnot_si256(finite, _mm256_set1_epi32(0x7FC00000)));
+    __m256i slot[6];
+    for (int j = 0; j < 6; ++j) slot[j] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i xi = _mm256_and_si256(scaled, _mm256_cvtps_epi32(_mm256_mul_ps(v[k], up)));
+      const __m256i l3 = _mm256_srai_epi32(_mm256_slli_epi32(xi, 24), 24);
+      const __m256i r = _mm256_srai_epi32(_mm256_sub_epi32(xi, l3), 8);
+      const __m256i l2 = _mm256_srai_epi32(_mm256_slli_epi32(r, 24), 24);
+      const __m256i l1 = _mm256_srai_epi32(_mm256_sub_epi32(r, l2), 8);
+      const int p = k % 2, sh = 8 * (k / 2);
+      slot[p] = _mm256_or_si256(slot[p], _mm256_slli_epi32(_mm256_and_si256(l1, byte), sh));
+      slot[2 + p] = _mm256_or_si256(slot[2 + p], _mm256_slli_epi32(_mm256_and_si256(l2, byte), sh));
+      slot[4 + p] = _mm256_or_si256(slot[4 + p], _mm256_slli_epi32(_mm256_and_si256(l3, byte), sh));
+    }
+    float* blk = xp + size_t(b) * kBlockFloats;
+    for (int j = 0; j < 6; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + j * kBlockUnits), slot[j]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + kLimbSlotStep * kBlockUnits), step);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 7 * kBlockUnits), _mm256_setzero_si256());
+  }
+  if (full * kBlockUnits < U) {
+    float* blk = xp + size_t(full) * kBlockFloats;
+    std::memset(blk, 0, sizeof(float) * kBlockFloats);
+    for (int u = full * kBlockUnits; u < U; ++u) put_unit_limbs(x + 8 * u, kBlockUnits, u % kBlockUnits, blk);
+  }
+}
+
+DQ_AVX2 void prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
+  static_assert(kBlockFloats == 8 * kBlockUnits && kLimbSlotStep == 6, "block: six limb slots, the steps, one zero slot");
   if (m.format == WFormat::Affine) {
-    prepare_unit_limbs(x, U, kBlockUnits, kBlockFloats, prepared_size(m), xp);
+    prepare_unit_limbs_avx2(x, U, xp);
     return;
   }
   for (int b = 0; b < NB; ++b)

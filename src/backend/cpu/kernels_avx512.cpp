@@ -52,12 +52,63 @@ bool handles(const Matrix& m) {
 
 size_t prepared_size(const Matrix& m) { return size_t(n_blocks(m)) * kBlockFloats; }
 
+// prepare_unit_limbs (unit_limbs.h) for whole blocks of 16 units, lane l = unit l: numerics.h
+// quantize_unit's steps as integer vector operations (the largest |x| as bits, its exponent,
+// the exact scaling, the rounding conversion: MXCSR's round to nearest even, what rintf does),
+// split_limbs' sign-extended bytes, and the slot bytes; the last partial block the scalar way.
+// The bytes equal the scalar form's (OpsParity.PreparedLimbsEqualTheScalarForm). Before: 7.5 /
+// 22.2 us for K = 2048 / 6144 on the 2-core box, ~1.2 ms of a 2B token's 40 on one thread.
+DQ_AVX512 void prepare_unit_limbs_avx512(const float* x, int U, float* xp) {
+  const int full = U / kBlockUnits;
+  const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+  const __m512i low7 = _mm512_set1_epi32(0x7FFFFFFF), byte = _mm512_set1_epi32(0xFF);
+  for (int b = 0; b < full; ++b) {
+    const float* xb = x + size_t(b) * kBlockFloats;
+    __m512 v[8];
+    __m512i mbits = _mm512_setzero_si512();
+    for (int k = 0; k < 8; ++k) {  // v[k]: input k of the 16 units
+      v[k] = _mm512_i32gather_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(k)), xb, 4);
+      mbits = _mm512_max_epu32(mbits, _mm512_and_si512(_mm512_castps_si512(v[k]), low7));
+    }
+    const __mmask16 finite = _mm512_cmplt_epu32_mask(mbits, _mm512_set1_epi32(0x7F800000));
+    const __m512i eb = _mm512_srli_epi32(mbits, 23);
+    const __mmask16 scaled = finite & _mm512_cmpge_epu32_mask(eb, _mm512_set1_epi32(27));
+    const __m512 up = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(275), eb), 23));
+    const __m512i step = _mm512_mask_mov_epi32(
+        _mm512_maskz_mov_epi32(__mmask16(~finite), _mm512_set1_epi32(0x7FC00000)), scaled,
+        _mm512_slli_epi32(_mm512_sub_epi32(eb, _mm512_set1_epi32(21)), 23));
+    __m512i slot[6];
+    for (int j = 0; j < 6; ++j) slot[j] = _mm512_setzero_si512();
+    for (int k = 0; k < 8; ++k) {
+      const __m512i xi = _mm512_maskz_cvtps_epi32(scaled, _mm512_mul_ps(v[k], up));
+      const __m512i l3 = _mm512_srai_epi32(_mm512_slli_epi32(xi, 24), 24);
+      const __m512i r = _mm512_srai_epi32(_mm512_sub_epi32(xi, l3), 8);
+      const __m512i l2 = _mm512_srai_epi32(_mm512_slli_epi32(r, 24), 24);
+      const __m512i l1 = _mm512_srai_epi32(_mm512_sub_epi32(r, l2), 8);
+      const int p = k % 2, sh = 8 * (k / 2);
+      slot[p] = _mm512_or_si512(slot[p], _mm512_slli_epi32(_mm512_and_si512(l1, byte), unsigned(sh)));
+      slot[2 + p] = _mm512_or_si512(slot[2 + p], _mm512_slli_epi32(_mm512_and_si512(l2, byte), unsigned(sh)));
+      slot[4 + p] = _mm512_or_si512(slot[4 + p], _mm512_slli_epi32(_mm512_and_si512(l3, byte), unsigned(sh)));
+    }
+    float* blk = xp + size_t(b) * kBlockFloats;
+    for (int j = 0; j < 6; ++j) _mm512_storeu_si512(blk + j * kBlockUnits, slot[j]);
+    _mm512_storeu_si512(blk + kLimbSlotStep * kBlockUnits, step);
+    _mm512_storeu_si512(blk + 7 * kBlockUnits, _mm512_setzero_si512());
+  }
+  if (full * kBlockUnits < U) {
+    float* blk = xp + size_t(full) * kBlockFloats;
+    std::memset(blk, 0, sizeof(float) * kBlockFloats);
+    for (int u = full * kBlockUnits; u < U; ++u) put_unit_limbs(x + 8 * u, kBlockUnits, u % kBlockUnits, blk);
+  }
+}
+
 // Affine 4-bit: per unit the exact integers of numerics.h quantize_unit, as limbs (unit_limbs.h);
 // zero past the row. BF16: xp[b][k][m] = x[8(16b + m) + k]; zero past the row.
-void prepare(const Matrix& m, const float* x, float* xp) {
+DQ_AVX512 void prepare(const Matrix& m, const float* x, float* xp) {
   const int U = m.cols / 8, NB = n_blocks(m);
+  static_assert(kBlockFloats == 8 * kBlockUnits && kLimbSlotStep == 6, "block: six limb slots, the steps, one zero slot");
   if (m.format == WFormat::Affine) {
-    prepare_unit_limbs(x, U, kBlockUnits, kBlockFloats, prepared_size(m), xp);
+    prepare_unit_limbs_avx512(x, U, xp);
     return;
   }
   for (int b = 0; b < NB; ++b)

@@ -13,21 +13,23 @@ namespace dq::cpu {
 
 constexpr int kLimbSlotStep = 6;
 
+// Unit l of a block (the block's lanes L) from its 8 inputs: limbs and step into their slots.
+inline void put_unit_limbs(const float* x8, int L, int l, float* blk) {
+  const num::UnitInts q = num::quantize_unit(x8);
+  auto* bytes = reinterpret_cast<int8_t*>(blk);
+  for (int k = 0; k < 8; ++k) {
+    int32_t limb[3];
+    num::split_limbs(q.xi[k], &limb[0], &limb[1], &limb[2]);
+    for (int j = 0; j < 3; ++j) bytes[((2 * j + k % 2) * L + l) * 4 + k / 2] = int8_t(limb[j]);
+  }
+  std::memcpy(blk + kLimbSlotStep * L + l, &q.step, sizeof(float));
+}
+
 // U units of x into blocks of L units, `block_floats` apart (>= 7 L); zero past the last unit.
+// The scalar form; a kernel set may make whole blocks with vectors (the bytes must be these).
 inline void prepare_unit_limbs(const float* x, int U, int L, size_t block_floats, size_t total_floats, float* xp) {
   std::memset(xp, 0, sizeof(float) * total_floats);
-  for (int u = 0; u < U; ++u) {
-    const num::UnitInts q = num::quantize_unit(x + 8 * u);
-    float* blk = xp + size_t(u / L) * block_floats;
-    const int l = u % L;
-    auto* bytes = reinterpret_cast<int8_t*>(blk);
-    for (int k = 0; k < 8; ++k) {
-      int32_t limb[3];
-      num::split_limbs(q.xi[k], &limb[0], &limb[1], &limb[2]);
-      for (int j = 0; j < 3; ++j) bytes[((2 * j + k % 2) * L + l) * 4 + k / 2] = int8_t(limb[j]);
-    }
-    std::memcpy(blk + kLimbSlotStep * L + l, &q.step, sizeof(float));
-  }
+  for (int u = 0; u < U; ++u) put_unit_limbs(x + 8 * u, L, u % L, xp + size_t(u / L) * block_floats);
 }
 
 }  // namespace dq::cpu
