@@ -135,10 +135,6 @@ class CudaQueue : public Queue {
 
   void go(Op op) override {
     if (capture_) {
-      if (capture_deferred_) {  // launched after the step is known (capture)
-        capture_->ops.push_back(std::move(op));
-        return;
-      }
       launch(op);
       capture_->ops.push_back(std::move(op));
       return;
@@ -212,37 +208,9 @@ class CudaQueue : public Queue {
         q->no_early_ = replayed;
       }
     } restore{this, &outside, outside_replayed};
-    // DELTAQ_L2_AHEAD=d (d > 0): each product kernel of the step asks the weights of the d-th
-    // product after it into L2 (the step wraps: the last ones ask for the next step's first),
-    // skipping products over DELTAQ_L2_AHEAD_MB (default 24). The ops are collected first, then
-    // launched in their order with what each asks for. A hint: results never depend on it.
-    static const int ahead_d = env_int("DELTAQ_L2_AHEAD", 0);
-    static const size_t ahead_cap = size_t(env_int("DELTAQ_L2_AHEAD_MB", 24)) << 20;
-    capture_deferred_ = ahead_d > 0;
     try {
       issue();
-      if (capture_deferred_) {
-        capture_deferred_ = false;
-        const size_t n = g->ops.size();
-        std::vector<L2Ahead> spans(n), ahead(n);
-        std::vector<size_t> prods;  // the ops with weights, in order
-        for (size_t i = 0; i < n; ++i)
-          if (weight_spans(g->ops[i], spans[i])) prods.push_back(i);
-        for (size_t k = 0; k < prods.size() && prods.size() > size_t(ahead_d); ++k) {
-          const L2Ahead& t = spans[prods[(k + ahead_d) % prods.size()]];
-          uint64_t total = 0;
-          for (int j = 0; j < t.count; ++j) total += t.n[j];
-          if (total <= ahead_cap) ahead[prods[k]] = t;
-        }
-        for (size_t i = 0; i < n; ++i) {
-          ahead_ = ahead[i];
-          launch(g->ops[i]);
-        }
-        ahead_ = L2Ahead{};
-      }
     } catch (...) {
-      capture_deferred_ = false;
-      ahead_ = L2Ahead{};
       capture_ = nullptr;
       cudaGraph_t dummy;
       cudaStreamEndCapture(stream_, &dummy);
@@ -371,30 +339,6 @@ class CudaQueue : public Queue {
     std::visit([this](const auto& o) { launch_one(o); }, op);
   }
 
-  // The weight buffers a product op reads (L2Ahead spans); false for ops without weights.
-  static bool weight_spans(const Op& op, L2Ahead& out) {
-    auto add = [&](const Matrix& m) {
-      for (const Buffer* b : {&m.w, &m.scales, &m.biases})
-        if (*b && out.count < L2Ahead::kMax && (*b)->bytes < (size_t(1) << 32)) {
-          out.p[out.count] = (*b)->ptr;
-          out.n[out.count++] = uint32_t((*b)->bytes);
-        }
-    };
-    if (const auto* o = std::get_if<op::Project>(&op)) {
-      for (int i = 0; i < o->n_out; ++i) add(o->w[i]);
-    } else if (const auto* o = std::get_if<op::ProjectAdd>(&op)) {
-      add(o->w);
-    } else if (const auto* o = std::get_if<op::SwiGLU>(&op)) {
-      add(o->gate);
-      add(o->up);
-    } else if (const auto* o = std::get_if<op::ProjectGdn>(&op)) {
-      for (int i = 0; i < o->proj.n_out; ++i) add(o->proj.w[i]);
-    } else {
-      return false;
-    }
-    return out.count > 0;
-  }
-
   void launch_one(const op::Embed& o) {
     launch_embed({mat_dev(o.table, nullptr), o.tokens.as<int32_t>(), o.out.as<float>(), o.n_tokens, err_dev_}, stream_);
   }
@@ -408,7 +352,6 @@ class CudaQueue : public Queue {
     a.n = o.n_out;
     for (int i = 0; i < o.n_out; ++i) a.m[i] = mat_dev(o.w[i], o.y[i].as<float>());
     a.epi = Epilogue::Store;
-    a.ahead = ahead_;
     return a;
   }
   void launch_one(const op::Project& o) { launch_project(project_args(o), num_sms_, stream_); }
@@ -420,7 +363,6 @@ class CudaQueue : public Queue {
     a.n = 1;
     a.m[0] = mat_dev(o.w, o.acc.as<float>());
     a.epi = Epilogue::Add;
-    a.ahead = ahead_;
     launch_project(a, num_sms_, stream_);
   }
   void launch_one(const op::SwiGLU& o) {
@@ -434,7 +376,6 @@ class CudaQueue : public Queue {
     a.m[0] = mat_dev(o.gate, o.out.as<float>());
     a.m[1] = mat_dev(o.up, nullptr);
     a.epi = Epilogue::SwiGLU;
-    a.ahead = ahead_;
     launch_project(a, num_sms_, stream_);
   }
   GdnArgs gdn_args(const op::GdnCore& o) {
@@ -579,8 +520,6 @@ class CudaQueue : public Queue {
   size_t topk_keys_ = 0;
   WaitTrace trace_;
   CudaGraph* capture_ = nullptr;
-  bool capture_deferred_ = false;        // DELTAQ_L2_AHEAD: the capture collects, then launches
-  L2Ahead ahead_;                        // what the op being launched asks into L2
   OpProfile profile_;
   std::vector<Pending> pending_prof_;
 };

@@ -194,26 +194,6 @@ __device__ __forceinline__ void stage_copy(void* dst, const void* src, uint32_t 
   }
 }
 
-// Block b of nb's even share of the spans (L2Ahead's layout: pointers p[i], byte counts n[i])
-// asked into L2 by one thread (cp.async.bulk.prefetch.L2: no registers, no completion to wait
-// for), in pieces of at most 32 KB at 16-byte aligned addresses.
-__device__ __forceinline__ void l2_prefetch_share(const void* const* p, const uint32_t* n, int count, int b, int nb) {
-  uint64_t total = 0;
-  for (int i = 0; i < count; ++i) total += n[i];
-  const uint64_t lo = total * uint64_t(b) / uint64_t(nb), hi = total * uint64_t(b + 1) / uint64_t(nb);
-  uint64_t off = 0;
-  for (int i = 0; i < count && off < hi; off += n[i], ++i) {
-    const uint64_t a0 = lo > off ? lo : off, a1 = hi < off + n[i] ? hi : off + n[i];
-    if (a0 >= a1) continue;
-    uintptr_t s = (reinterpret_cast<uintptr_t>(p[i]) + (a0 - off)) & ~uintptr_t(15);
-    const uintptr_t e = (reinterpret_cast<uintptr_t>(p[i]) + (a1 - off) + 15) & ~uintptr_t(15);
-    for (; s < e; s += 32768) {
-      const uint32_t bytes = uint32_t(e - s < 32768 ? e - s : 32768);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"(bytes) : "memory");
-    }
-  }
-}
-
 // Bulk asynchronous copies (TMA, cp.async.bulk): one thread hands a whole contiguous span
 // (both ends 16-byte aligned, a multiple of 16 bytes) to the SM's copy engine; an mbarrier in
 // shared memory counts the bytes as they land, and a thread that has waited on it sees them.

@@ -128,7 +128,6 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       async_copy4(f.sS + (c % CB) * kST + c / CB, Sg + size_t(c / CB) * kDK + c % CB);
   };
   if (EARLY) load_state();
-  l2_ahead(p.ahead);  // a later product's weights into L2 (the queue's step order)
   const int u = threadIdx.x;  // the unit this thread stages (256 units: warps 8 and up stage none)
   const bool stager = u < kU;
   float4 nw0 = make_float4(0, 0, 0, 0), nw1 = nw0;

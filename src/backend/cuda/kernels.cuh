@@ -31,21 +31,6 @@ void launch_lane_layout(const uint32_t* w, uint32_t* w_out, const uint16_t* s, u
 
 enum class Epilogue : int { Store = 0, Add = 1, SwiGLU = 2 };
 
-// Weight bytes a product kernel asks into L2 for a later product (DELTAQ_L2_AHEAD; set only in
-// a captured step, where the queue knows the step's order): each block prefetches an even
-// share of the spans before its programmatic wait. A hint: it never changes a result.
-struct L2Ahead {
-  static constexpr int kMax = 12;
-  const void* p[kMax] = {};
-  uint32_t n[kMax] = {};
-  int count = 0;
-};
-#ifdef __CUDACC__
-__device__ __forceinline__ void l2_ahead(const L2Ahead& a) {
-  if (a.count > 0 && threadIdx.x == 0) l2_prefetch_share(a.p, a.n, a.count, blockIdx.x, gridDim.x);
-}
-#endif
-
 struct ProjectArgs {
   static constexpr int kMax = 4;
   const float* x = nullptr;     // [T][K]
@@ -55,7 +40,6 @@ struct ProjectArgs {
   int n = 1;
   MatDev m[kMax];  // for SwiGLU: m[0] gate (its y is the output), m[1] up
   Epilogue epi = Epilogue::Store;
-  L2Ahead ahead;
 };
 
 void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);

@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
   pdl_trigger();
   RowLoad<NU, GL> cur;  // the weights do not depend on earlier kernels: first row before the wait
   if (gw < rows) load_row(cur, m, gw, lane, gs_shift, G);
-  l2_ahead(a.ahead);
   pdl_wait();
 
   for (int t = 0; t < a.T; ++t) {
@@ -180,7 +179,6 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
     for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1);  // waited on only after the barriers below
   // The weights do not depend on earlier kernels: the first stages stream before the wait.
   for (int t = 0; t < STAGES - 1; ++t) issue(t);
-  l2_ahead(a.ahead);  // a later product's weights into L2 (the queue's step order)
   float4 nw0 = make_float4(1, 1, 1, 1), nw1 = nw0;
   const bool own = threadIdx.x < U;  // U <= 256 < the block's threads: one unit per thread
   if (a.norm && own) {

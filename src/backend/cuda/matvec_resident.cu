@@ -188,7 +188,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
     nw0 = reinterpret_cast<const float4*>(a.norm)[2 * u_own];
     nw1 = reinterpret_cast<const float4*>(a.norm)[2 * u_own + 1];
   }
-  l2_ahead(a.ahead);  // a later product's weights into L2 (the queue's step order)
   if (skip & 64) async_wait_all();  // the lab: the copies landed before the wait (see "waited")
   pdl_wait();
   DQ_SM(sm_tag + 2);
