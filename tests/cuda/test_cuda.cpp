@@ -121,6 +121,10 @@ TEST(CudaParity, TallProject) {
   tall_project_cases(t);
   decode_shape_cases(t);
 }
+TEST(CudaParity, FamilyShapes) {
+  auto t = cuda_target();
+  family_shape_cases(t);
+}
 TEST(CudaParity, MixedAndSwiGLU) {
   auto t = cuda_target();
   mixed_and_swiglu_cases(t);

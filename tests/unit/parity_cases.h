@@ -261,6 +261,49 @@ inline void decode_shape_cases(std::vector<Target>& targets) {
   }, "decode head");
 }
 
+// One decode step's products at the other Qwen3.5 sizes' shapes (bf16 scales, groups of 64, one
+// token): the 0.8B's widths 1024 and 3584 and the 4B's 2560 and 9216 (not multiples of 2048: the
+// checkpoint's layout, and a last chunk of 1536, 512 or 1024 inputs in CUDA's pipelined product),
+// the 4B's and 9B's 4096 and 12288 (the lane layout; rows too many for the resident kernel), with
+// several matrices, SwiGLU, the residual add and the tall heads. Large: the GPU suite runs them.
+inline void family_shape_cases(std::vector<Target>& targets) {
+  Rig rig;
+  struct Shape {
+    const char* name;
+    int D, I, qkv, z, heads, out_k;
+  };
+  for (Shape sh : {Shape{"0.8b", 1024, 3584, 6144, 2048, 16, 2048}, Shape{"4b", 2560, 9216, 8192, 4096, 32, 4096},
+                   Shape{"9b", 4096, 12288, 8192, 4096, 32, 4096}}) {
+    const int D = sh.D, I = sh.I;
+    const std::string n = sh.name;
+    Matrix qkv = rig.matrix(WFormat::Affine, sh.qkv, D), z = rig.matrix(WFormat::Affine, sh.z, D),
+           b = rig.matrix(WFormat::Affine, sh.heads, D), a = rig.matrix(WFormat::Affine, sh.heads, D);
+    Matrix gate = rig.matrix(WFormat::Affine, I, D), up = rig.matrix(WFormat::Affine, I, D),
+           down = rig.matrix(WFormat::Affine, D, I), out = rig.matrix(WFormat::Affine, D, sh.out_k);
+    Ref x = rig.inputs(D), xi = rig.inputs(I), xo = rig.inputs(sh.out_k), norm = rig.floats(D);
+    std::vector<Ref> ys = {rig.zeros(size_t(sh.qkv) * 4), rig.zeros(size_t(sh.z) * 4), rig.zeros(size_t(sh.heads) * 4),
+                           rig.zeros(size_t(sh.heads) * 4)};
+    check(rig, targets, ys, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Project{g.map(x), g.map(norm), 1e-6f,
+                            {g.map_product(qkv), g.map_product(z), g.map_product(b), g.map_product(a)},
+                            {o[0], o[1], o[2], o[3]}, 4, 1});
+    }, n + " in-projections");
+    check(rig, targets, {rig.zeros(size_t(I) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], 1});
+    }, n + " gate/up");
+    check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::ProjectAdd{g.map(xi), g.map_product(down), o[0], 1});
+    }, n + " down");
+    check(rig, targets, {rig.inputs(D)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::ProjectAdd{g.map(xo), g.map_product(out), o[0], 1});
+    }, n + " out");
+    Matrix head = rig.matrix(WFormat::Affine, 248320, D);
+    check(rig, targets, {rig.zeros(size_t(248320) * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map(head)}, {o[0]}, 1, 1});
+    }, n + " head");
+  }
+}
+
 // gate/up in the products' layout (CUDA: the resident kernel's lane layout) at shapes beside the
 // 2B's: one and two chunks of 2048 inputs, pair counts that split unevenly over the blocks,
 // several tokens, and an x with zero units and a huge input (x's limbs at their extremes).

@@ -45,10 +45,18 @@ struct ProjectArgs {
 void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
 // The resident variant (matvec_resident.cu): all matrices 4-bit with group size gs and the
 // block's rows fitting in shared memory. Returns false (nothing launched) when it does not apply.
-bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s);
+// fast_only: only its fast path (bf16 scales, K a multiple of 2048).
+bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s, bool fast_only = false);
 // The tall-product variant (matvec_head.cu): one 4-bit matrix of many rows, K <= 2048, x kept
 // in registers. Returns false when it does not apply.
 bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s);
+// The pipelined product (matvec_pipe.cu): one token, 4-bit matrices with bf16 scales and
+// power-of-two groups, K a multiple of 256, streamed through shared memory in tiles of rows by
+// chunks of 2048 inputs. Returns false when it does not apply or DELTAQ_MV_PIPE=0.
+bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s);
+// DELTAQ_MV_PIPE: 0 off, 1 (default) for the products the head kernels and the resident
+// kernel's fast path do not take, 2 for every product it applies to (tests).
+int project_pipe_mode();
 
 struct EmbedArgs {
   MatDev table;

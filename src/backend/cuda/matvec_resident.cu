@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
 
 }  // namespace
 
-bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s) {
+bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s, bool fast_only) {
   static const char* env = std::getenv("DELTAQ_MV_RESIDENT");
   static const bool enabled = !(env && env[0] == '0');
   static const int budget_kb = env_int("DELTAQ_MV_RESIDENT_KB", 200);
@@ -476,6 +476,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
   if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
   const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0 && m0.gs_shift <= 8;
+  if (fast_only && !fast) return false;
   if (m0.lanes && !fast) return false;  // (product_matrix makes only fast-path matrices lanes)
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
