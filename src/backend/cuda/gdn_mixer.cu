@@ -163,15 +163,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       const float4 a0 = make_float4((v0.x * r) * nw0.x, (v0.y * r) * nw0.y, (v0.z * r) * nw0.z, (v0.w * r) * nw0.w);
       const float4 a1 = make_float4((v1.x * r) * nw1.x, (v1.y * r) * nw1.y, (v1.z * r) * nw1.z, (v1.w * r) * nw1.w);
       make_unit_q4(a0, a1, xa[u], xb[u]);
-      float s = 0.0f;  // chain of the 8 inputs from 0
-      s = s + a0.x;
-      s = s + a0.y;
-      s = s + a0.z;
-      s = s + a0.w;
-      s = s + a1.x;
-      s = s + a1.y;
-      s = s + a1.z;
-      s = s + a1.w;
+      const float s = unit_sum(a0, a1);
       // A group of 64 is 8 units on consecutive lanes: its sum in the canonical chain by shuffles.
       const int first = lane & ~7;
       float v[8];

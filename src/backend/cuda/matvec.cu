@@ -223,15 +223,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) project_kernel(ProjectArgs a
         float s = 0.0f;
         for (int u = g * gs / 8; u < (g + 1) * gs / 8; ++u) {
           float4 p0 = xa[u], p1 = xb[u];
-          float p = 0.0f;
-          p = p + p0.x;
-          p = p + p0.y;
-          p = p + p0.z;
-          p = p + p0.w;
-          p = p + p1.x;
-          p = p + p1.y;
-          p = p + p1.z;
-          p = p + p1.w;
+          const float p = unit_sum(p0, p1);
           s = s + p;
         }
         xg[g] = s;

@@ -207,15 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
     for (int u = (g << shift) / 8; u < ((g + 1) << shift) / 8; ++u) {
       float4 v0, v1;
       xn(u, v0, v1);
-      float p = 0.0f;
-      p = p + v0.x;
-      p = p + v0.y;
-      p = p + v0.z;
-      p = p + v0.w;
-      p = p + v1.x;
-      p = p + v1.y;
-      p = p + v1.z;
-      p = p + v1.w;
+      const float p = unit_sum(v0, v1);
       s = s + p;
     }
     xg[g] = s;

@@ -232,15 +232,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
       } else {
         make_unit_q4(v0, v1, xa[u], xb[u]);
       }
-      float p = 0.0f;  // chain of the 8 inputs from 0
-      p = p + v0.x;
-      p = p + v0.y;
-      p = p + v0.z;
-      p = p + v0.w;
-      p = p + v1.x;
-      p = p + v1.y;
-      p = p + v1.z;
-      p = p + v1.w;
+      const float p = unit_sum(v0, v1);
       if constexpr (FAST) {
         if (!(skip & 16)) lane_group_sum(u, p);
       } else {

@@ -42,6 +42,21 @@ __host__ __device__ __forceinline__ int lane_scale(int g, int gs_shift) {
 __device__ __forceinline__ int word_at(const MatDev& m, int u) { return m.lanes ? lane_word(u) : u; }
 __device__ __forceinline__ int scale_at_group(const MatDev& m, int g) { return m.lanes ? lane_scale(g, m.gs_shift) : g; }
 
+// The sum of a unit's 8 inputs, their chain from 0 in order: the first step of a group sum
+// (numerics.h group sums: per unit this chain, per group the chain of its units).
+__device__ __forceinline__ float unit_sum(float4 v0, float4 v1) {
+  float p = 0.0f;
+  p = p + v0.x;
+  p = p + v0.y;
+  p = p + v0.z;
+  p = p + v0.w;
+  p = p + v1.x;
+  p = p + v1.y;
+  p = p + v1.z;
+  p = p + v1.w;
+  return p;
+}
+
 // The 4-bit unit of numerics.h (quantize_unit / unit_dot_q4): x's exact integers split as
 // xi = h * 2^8 + l, l a signed byte and h a signed 16-bit number (|xi| <= 2^22: |h| <= 2^14 + 1),
 // in the two words the dot reads per unit:
