@@ -2,6 +2,7 @@
 // for the microbenchmarks, uploaded to any backend.
 #pragma once
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -32,7 +33,7 @@ inline Matrix random_q4(Backend& be, int rows, int cols, std::mt19937_64& rng) {
   return m;
 }
 
-// The weight products of one Qwen3.5-2B decode step: 187 products in 97 stages (a stage is the
+// The weight products of one Qwen3.5 decode step (2B: 187 products in 97 stages; a stage is the
 // products that share one input), lm_head included.
 struct Stage {
   std::vector<Matrix> mats;
@@ -40,18 +41,32 @@ struct Stage {
 };
 constexpr int k2bHidden = 2048, k2bInter = 6144, k2bVocab = 248320;
 
-inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
-  const int H = k2bHidden, I = k2bInter, C = 6144, VD = 2048, QG = 4096, KV = 512;
+// The shapes of a family member (as make-model --like builds them).
+struct StepShape {
+  int hidden, inter, layers, heads, kv_heads, head_dim, lk_heads, lv_heads, k_dim, v_dim, vocab;
+};
+inline bool step_shape(const std::string& like, StepShape& s) {
+  if (like == "qwen3.5-0.8b") s = {1024, 3584, 24, 8, 2, 256, 16, 16, 128, 128, k2bVocab};
+  else if (like == "qwen3.5-2b") s = {2048, 6144, 24, 8, 2, 256, 16, 16, 128, 128, k2bVocab};
+  else if (like == "qwen3.5-4b") s = {2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128, k2bVocab};
+  else if (like == "qwen3.5-9b") s = {4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128, k2bVocab};
+  else return false;
+  return true;
+}
+
+inline std::vector<Stage> qwen35_step(Backend& be, std::mt19937_64& rng, const StepShape& s) {
+  const int H = s.hidden, I = s.inter, C = 2 * s.lk_heads * s.k_dim + s.lv_heads * s.v_dim,
+            VD = s.lv_heads * s.v_dim, QG = 2 * s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
   std::vector<Stage> stages;
   // The layers' matrices in the backend's layout for products, as the engine loads them
   // (model/weights.cpp); the head keeps the checkpoint's.
   auto random_q4 = [&be](Backend&, int rows, int cols, std::mt19937_64& r) {
     return be.product_matrix(bench::random_q4(be, rows, cols, r));
   };
-  for (int l = 0; l < 24; ++l) {
+  for (int l = 0; l < s.layers; ++l) {
     if ((l + 1) % 4) {  // Gated DeltaNet layer
-      stages.push_back({{random_q4(be, C, H, rng), random_q4(be, VD, H, rng), random_q4(be, 16, H, rng),
-                         random_q4(be, 16, H, rng)}, H});
+      stages.push_back({{random_q4(be, C, H, rng), random_q4(be, VD, H, rng), random_q4(be, s.lv_heads, H, rng),
+                         random_q4(be, s.lv_heads, H, rng)}, H});
       stages.push_back({{random_q4(be, H, VD, rng)}, VD});
     } else {  // full attention layer
       stages.push_back({{random_q4(be, QG, H, rng), random_q4(be, KV, H, rng), random_q4(be, KV, H, rng)}, H});
@@ -60,8 +75,14 @@ inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
     stages.push_back({{random_q4(be, I, H, rng), random_q4(be, I, H, rng)}, H});
     stages.push_back({{random_q4(be, H, I, rng)}, I});
   }
-  stages.push_back({{bench::random_q4(be, k2bVocab, H, rng)}, H});
+  stages.push_back({{bench::random_q4(be, s.vocab, H, rng)}, H});
   return stages;
+}
+
+inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
+  StepShape s{};
+  step_shape("qwen3.5-2b", s);
+  return qwen35_step(be, rng, s);
 }
 
 }  // namespace dq::bench

@@ -2,7 +2,8 @@
 // Qwen3.5-2B decode step in 97 stages (random 4-bit weights, 1.06 GB), timed
 //   (a) one wait per product, (b) one wait per stage, (c) one recorded graph per step,
 // in ms per token, with GB/s against the bandwidth the backend measures in the same run.
-// usage: deltaq-bench-stages [--device cpu|cuda] [--reps N]
+// usage: deltaq-bench-stages [--device cpu|cuda] [--reps N] [--like qwen3.5-4b] (another size's
+// step: its products in the same order)
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
@@ -28,12 +29,14 @@ namespace {
 int main(int argc, char** argv) {
   EngineOptions opt;
   int reps = 20;
+  std::string like = "qwen3.5-2b";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--device" && i + 1 < argc) opt.device = argv[++i];
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--like" && i + 1 < argc) like = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reps N] [--like qwen3.5-0.8b|2b|4b|9b]\n", argv[0]);
       return 2;
     }
   }
@@ -41,8 +44,13 @@ int main(int argc, char** argv) {
     auto be = make_backend(opt);
     auto q = be->make_queue();
     std::mt19937_64 rng(1);
-    const int I = bench::k2bInter, V = bench::k2bVocab;
-    std::vector<bench::Stage> stages = bench::qwen35_2b_step(*be, rng);
+    bench::StepShape shape{};
+    if (!bench::step_shape(like, shape)) {
+      std::fprintf(stderr, "error: --like: unknown size '%s' (expected qwen3.5-0.8b, -2b, -4b or -9b)\n", like.c_str());
+      return 2;
+    }
+    const int I = shape.inter, V = shape.vocab;
+    std::vector<bench::Stage> stages = bench::qwen35_step(*be, rng, shape);
     size_t bytes = 0;
     int products = 0;
     for (auto& st : stages)
@@ -90,8 +98,8 @@ int main(int argc, char** argv) {
       for (const Stage& st : stages) issue_stage(st, false);
     });
     const double bw = be->measure_bandwidth_gbps();
-    std::printf("backend %s: %d products in %zu stages, %.3f GB of 4-bit weights; bandwidth measured %.1f GB/s\n",
-                be->name().c_str(), products, stages.size(), bytes / 1e9, bw);
+    std::printf("%s, backend %s: %d products in %zu stages, %.3f GB of 4-bit weights; bandwidth measured %.1f GB/s\n",
+                like.c_str(), be->name().c_str(), products, stages.size(), bytes / 1e9, bw);
     // Per shape: a graph of 50 launches of one stage's op, so no host launch cost is counted.
     std::printf("per stage shape (graph of 50 launches each):\n");
     std::vector<std::string> seen;

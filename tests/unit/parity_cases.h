@@ -394,10 +394,11 @@ inline void gdn_cases(std::vector<Target>& targets) {
   struct D {
     int hk, hv, dk, dv;
   };
-  // Hk == Hv with 128-dim heads (the 2B family): CUDA's fused kernel (T > 1) and its split
-  // decode kernel (T == 1), at 4 heads and at the 2B's 16.
+  // Hk == Hv with 128-dim heads (the 0.8B and 2B): CUDA's fused kernel (T > 1) and its split
+  // decode kernel (T == 1), at 4 heads and at the 2B's 16. Hv == 2 Hk with 128-dim heads (the
+  // 4B and 9B: 16 key heads, 32 value heads): at T == 1 the split kernel's grouped clusters.
   for (D d : {D{2, 4, 32, 32}, D{1, 1, 8, 16}, D{4, 4, 64, 64}, D{2, 4, 128, 128}, D{3, 6, 24, 40}, D{4, 4, 128, 128},
-              D{16, 16, 128, 128}})
+              D{16, 16, 128, 128}, D{16, 32, 128, 128}})
     for (int T : {1, 3, 7}) {
       GdnDims g{d.hk, d.hv, d.dk, d.dv, 4, 1e-6f};
       const int C = g.conv_channels(), VD = g.value_dim();
@@ -418,18 +419,22 @@ inline void gdn_cases(std::vector<Target>& targets) {
 // programmatic wait (GdnArgs::early) and the second must not; both equal the reference's.
 inline void gdn_two_steps_case(std::vector<Target>& targets) {
   Rig rig;
-  GdnDims g{16, 16, 128, 128, 4, 1e-6f};
-  const int C = g.conv_channels(), VD = g.value_dim(), H = 16;
-  Ref mixed = rig.inputs(C), z = rig.inputs(VD), b = rig.floats(H, 2.f), a = rig.floats(H, 2.f),
-      conv_w = rig.floats(size_t(C) * 4, 0.4f), A = rig.floats(H), dt = rig.floats(H), norm = rig.floats(128);
-  for (int h = 0; h < H; ++h) A.as<float>()[h] = -std::fabs(A.as<float>()[h]) - 0.5f;
-  std::vector<Ref> outs = {rig.floats(size_t(3) * C), rig.floats(size_t(H) * 128 * 128, 0.1f), rig.zeros(size_t(VD) * 4)};
-  Ref scratch = rig.zeros(size_t(C) * 4);
-  auto step = [&](Target& t, const std::vector<Ref>& o) {
-    return Op(op::GdnCore{g, t.map(mixed), t.map(z), t.map(b), t.map(a), t.map(conv_w), t.map(A), t.map(dt),
-                          t.map(norm), o[0], o[1], o[2], t.map(scratch), 1});
-  };
-  check(rig, targets, outs, step, "gdn two steps", 2);
+  for (int hk : {16, 8}) {  // the 2B's heads; grouped as the 4B's (two value heads a key head)
+    const int H = 16;
+    GdnDims g{hk, H, 128, 128, 4, 1e-6f};
+    const int C = g.conv_channels(), VD = g.value_dim();
+    Ref mixed = rig.inputs(C), z = rig.inputs(VD), b = rig.floats(H, 2.f), a = rig.floats(H, 2.f),
+        conv_w = rig.floats(size_t(C) * 4, 0.4f), A = rig.floats(H), dt = rig.floats(H), norm = rig.floats(128);
+    for (int h = 0; h < H; ++h) A.as<float>()[h] = -std::fabs(A.as<float>()[h]) - 0.5f;
+    std::vector<Ref> outs = {rig.floats(size_t(3) * C), rig.floats(size_t(H) * 128 * 128, 0.1f),
+                             rig.zeros(size_t(VD) * 4)};
+    Ref scratch = rig.zeros(size_t(C) * 4);
+    auto step = [&](Target& t, const std::vector<Ref>& o) {
+      return Op(op::GdnCore{g, t.map(mixed), t.map(z), t.map(b), t.map(a), t.map(conv_w), t.map(A), t.map(dt),
+                            t.map(norm), o[0], o[1], o[2], t.map(scratch), 1});
+    };
+    check(rig, targets, outs, step, "gdn two steps hk=" + std::to_string(hk), 2);
+  }
 }
 
 // A GDN layer's token mixer as one op (op::ProjectGdn): the in-projections at the 2B's shapes

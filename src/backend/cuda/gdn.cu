@@ -273,6 +273,10 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
 // same order; block sl keeps the conv state of q's and k's channels lane + 32 sl. The global
 // fence that made the state stores and the outputs visible before the count, and the last
 // block's reads through L2, leave the critical path.
+// Grouped heads (the 4B's and 9B's Hv = 2 Hk, CLUSTER only): the cluster is the key head's G
+// value heads, 4 G blocks; every block convolves its key head's q and k, and only the first
+// value head's blocks keep their conv state and u, after the cluster barrier, by when every
+// block of the group has read it.
 // q's and k's conv output, rolled conv state and channels, for one of a lane's four channels.
 template <int KC>
 struct QkKeepT {
@@ -296,8 +300,9 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   if constexpr (CLUSTER) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   __shared__ __align__(16) float qn[DK], kn[DK];  // read four at a time by the delta rule
   __shared__ float o_all[CLUSTER ? DK : 1];  // CLUSTER: the head's outputs, pushed by its blocks
-  const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = a.hv;
-  const int C = 3 * H * DK;
+  const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = a.hv, Hk = a.hk;
+  const int G = H / Hk, hk = hv / G;  // value heads a key head (1 unless CLUSTER)
+  const int C = 2 * Hk * DK + H * DK;
   const int lane = threadIdx.x, c0 = sl * CW;
   const bool owner = lane < CW;  // this lane runs column c0 + lane
   float* Sg = a.S + size_t(hv) * DK * DK + c0;
@@ -305,10 +310,10 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   int chq[4], chk[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    chq[j] = hv * DK + lane + 32 * j;
-    chk[j] = H * DK + hv * DK + lane + 32 * j;
+    chq[j] = hk * DK + lane + 32 * j;
+    chk[j] = Hk * DK + hk * DK + lane + 32 * j;
   }
-  const int chv = 2 * H * DK + hv * DK + c0 + (owner ? lane : 0);
+  const int chv = 2 * Hk * DK + hv * DK + c0 + (owner ? lane : 0);
   float wq[4][KC], wk[4][KC], wv[KC];
 #pragma unroll
   for (int j = 0; j < KC; ++j) {
@@ -452,7 +457,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     if constexpr (CLUSTER) {
       cg::cluster_group cl = cg::this_cluster();
 #pragma unroll
-      for (int r = 0; r < SL; ++r) cl.map_shared_rank(o_all, r)[c0 + lane] = o;
+      for (int r = 0; r < SL; ++r) cl.map_shared_rank(o_all, (hv % G) * SL + r)[c0 + lane] = o;
     } else {
       o_raw[c0 + lane] = o;
     }
@@ -481,7 +486,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
     const int v = c0 + lane;  // = lane + 32 sl
     o_raw[v] = ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
-    keep_qk(mine);  // every block of the cluster read q's and k's conv state before the barrier
+    if (hv % G == 0) keep_qk(mine);  // every block of the cluster read q's and k's conv state before the barrier
     DQ_SM(103);
     return;
   }
@@ -519,7 +524,16 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   static const bool fused = !(fused_env && fused_env[0] == '0');
   static const char* split_env = std::getenv("DELTAQ_GDN_SPLIT");
   static const int split = split_env ? std::atoi(split_env) : 4;  // slices per head: 4, 8 or 16 (measured equal)
-  if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && a.hk == a.hv && a.dk == 128 &&
+  const int si = split == 8 ? 1 : split == 16 ? 2 : 0;
+  // DELTAQ_GDN_CLUSTER=0: the counter and the last block instead of the head's cluster.
+  static const char* cl_env = std::getenv("DELTAQ_GDN_CLUSTER");
+  static const bool cluster = !(cl_env && cl_env[0] == '0');
+  // Value heads a key head: 1 (0.8B, 2B); 2 (4B, 9B) by the cluster only, unless
+  // DELTAQ_GDN_GROUPED=0 (then the conv and head kernels below).
+  static const bool grouped = env_int("DELTAQ_GDN_GROUPED", 1) != 0;
+  const int G = a.hk > 0 && a.hv % a.hk == 0 ? a.hv / a.hk : 0;
+  const bool split_ok = G == 1 || (G == 2 && grouped && cluster && si == 0);
+  if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && split_ok && a.dk == 128 &&
       a.dv == 128 && a.K == 4) {
     const int skip = lab_skip("gdn") ? 1 : 0;
     static const int trigger = env_int("DELTAQ_GDN_TRIGGER", 0);
@@ -527,13 +541,9 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
     static const K table[3][2] = {{split_kernel<4, 4, false>, split_kernel<4, 4, true>},
                                   {split_kernel<4, 8, false>, split_kernel<4, 8, true>},
                                   {split_kernel<4, 16, false>, split_kernel<4, 16, true>}};
-    const int si = split == 8 ? 1 : split == 16 ? 2 : 0;
-    // DELTAQ_GDN_CLUSTER=0: the counter and the last block instead of the head's cluster.
-    static const char* cl_env = std::getenv("DELTAQ_GDN_CLUSTER");
-    static const bool cluster = !(cl_env && cl_env[0] == '0');
-    if (cluster && si == 0) {
-      launch_kernel_in(4, a.early ? split_kernel<4, 4, true, true> : split_kernel<4, 4, false, true>, a.hv * 4, 32, 0, s,
-                       a, skip, trigger);
+    if (cluster && si == 0) {  // a cluster is the key head's G value heads, 4 blocks each
+      launch_kernel_in(4 * G, a.early ? split_kernel<4, 4, true, true> : split_kernel<4, 4, false, true>, a.hv * 4, 32,
+                       0, s, a, skip, trigger);
       return;
     }
     launch_kernel(table[si][a.early ? 1 : 0], a.hv * (4 << si), 32, 0, s, a, skip, trigger);

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   const uint32_t w_bytes = kTileRows * wslot, s_bytes = kTileRows * sslot;
   const uint32_t stage_bytes = w_bytes + 2 * s_bytes;
   // Shared memory: x's unit integers (make_unit_q4's split layout), group sums, the stages
-  // (16-byte aligned: G % 8 == 0).
+  // (16-byte aligned: G % 8 == 0), then x as given when it is normalised.
   uint4* xa = reinterpret_cast<uint4*>(smem);
   uint4* xb = xa + U;
   float* xg = reinterpret_cast<float*>(xb + U);
@@ -177,41 +177,58 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   for (int s = 0; s < STAGES - 1; ++s) issue(s);
   pdl_wait();
 
-  // x: the canonical sum of squares (warp 0, from L2), then each unit normalised into its exact
-  // integers, then the group sums (per unit the chain of its 8 values, per group the chain of
-  // its units), with the same arithmetic as the resident kernel.
+  // x after the wait, in one trip to L2: each thread loads its units (unit u is thread
+  // u mod 512, up to three at once), a raw copy goes to shared memory when x is normalised, and
+  // one warp makes the canonical sum of squares from it. Then each unit's exact integers and
+  // its sum (the chain of its 8 values); a group's gs / 8 <= 32 units lie on consecutive lanes
+  // of one warp, so the group sum (the chain of its unit sums) is made by shuffles. The same
+  // arithmetic as the resident kernel. (Warp-uniform: U is a multiple of 32.)
+  const float4* x4 = reinterpret_cast<const float4*>(a.x);
+  const float4* w4 = reinterpret_cast<const float4*>(a.norm);
+  float4* raw4 = reinterpret_cast<float4*>(stages + STAGES * stage_bytes);  // K floats when a.norm
+  constexpr int kHeld = 3;
+  float4 v[kHeld][2];
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int u = threadIdx.x + k * blockDim.x;
+    if (u < U) {
+      v[k][0] = x4[2 * u];
+      v[k][1] = x4[2 * u + 1];
+      if (a.norm) raw4[2 * u] = v[k][0], raw4[2 * u + 1] = v[k][1];
+    }
+  }
   if (a.norm) {
+    for (int u = threadIdx.x + kHeld * blockDim.x; u < U; u += blockDim.x)
+      raw4[2 * u] = x4[2 * u], raw4[2 * u + 1] = x4[2 * u + 1];
+    __syncthreads();
     if (warp == 0) {
-      const float ss = warp_sum_squares(a.x, K, lane);
+      const float ss = warp_sum_squares(reinterpret_cast<const float*>(raw4), K, lane);
       if (lane == 0) s_r = num::rms_inv(ss, K, a.eps);
     }
     __syncthreads();
   }
   const float r = a.norm ? s_r : 1.0f;
-  auto xn = [&](int u, float4& v0, float4& v1) {
-    v0 = reinterpret_cast<const float4*>(a.x)[2 * u];
-    v1 = reinterpret_cast<const float4*>(a.x)[2 * u + 1];
+  const int upg = 1 << (shift - 3);  // units a group
+  auto finish_unit = [&](int u, float4 v0, float4 v1) {
     if (a.norm) {
-      const float4 w0 = reinterpret_cast<const float4*>(a.norm)[2 * u], w1 = reinterpret_cast<const float4*>(a.norm)[2 * u + 1];
-      v0 = make_float4((v0.x * r) * w0.x, (v0.y * r) * w0.y, (v0.z * r) * w0.z, (v0.w * r) * w0.w);
-      v1 = make_float4((v1.x * r) * w1.x, (v1.y * r) * w1.y, (v1.z * r) * w1.z, (v1.w * r) * w1.w);
+      const float4 n0 = w4[2 * u], n1 = w4[2 * u + 1];
+      v0 = make_float4((v0.x * r) * n0.x, (v0.y * r) * n0.y, (v0.z * r) * n0.z, (v0.w * r) * n0.w);
+      v1 = make_float4((v1.x * r) * n1.x, (v1.y * r) * n1.y, (v1.z * r) * n1.z, (v1.w * r) * n1.w);
     }
-  };
-  for (int u = threadIdx.x; u < U; u += blockDim.x) {
-    float4 v0, v1;
-    xn(u, v0, v1);
     make_unit_q4(v0, v1, xa[u], xb[u]);
+    const float p = unit_sum(v0, v1);
+    const int first = lane & ~(upg - 1);
+    float gsum = 0.0f;
+    for (int k = 0; k < upg; ++k) gsum = gsum + __shfl_sync(0xffffffffu, p, first + k);
+    if (lane == first) xg[u >> (shift - 3)] = gsum;
+  };
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int u = threadIdx.x + k * blockDim.x;
+    if (u < U) finish_unit(u, v[k][0], v[k][1]);
   }
-  for (int g = threadIdx.x; g < G; g += blockDim.x) {
-    float s = 0.0f;
-    for (int u = (g << shift) / 8; u < ((g + 1) << shift) / 8; ++u) {
-      float4 v0, v1;
-      xn(u, v0, v1);
-      const float p = unit_sum(v0, v1);
-      s = s + p;
-    }
-    xg[g] = s;
-  }
+  for (int u = threadIdx.x + kHeld * blockDim.x; u < U; u += blockDim.x)
+    finish_unit(u, a.norm ? raw4[2 * u] : x4[2 * u], a.norm ? raw4[2 * u + 1] : x4[2 * u + 1]);
   // (the first wait's barrier below makes x visible to every warp)
 
   using S = const unsigned short*;
@@ -300,7 +317,8 @@ bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (items < 1) return false;
   const int G = K / m0.gs, ck = std::min(K, kChunk);
   const size_t stage_bytes = size_t(kTileRows) * (ck / 2 + 2 * (ck / m0.gs) * 2);
-  const size_t x_bytes = size_t(K / 8) * 32 + size_t(G) * 4;
+  const size_t raw_bytes = a.norm ? size_t(K) * 4 : 0;  // x as given, for the sum of squares
+  const size_t x_bytes = size_t(K / 8) * 32 + size_t(G) * 4 + raw_bytes;
   // Three stages: on an H100 the 9B decoded 309.3 tok/s with 3, 304.3 with 4 and 295.6 with 5
   // (as many as fit), the 4B 342.5 / 339.9 / 338.8 (docs/bench.md, session 27).
   // DELTAQ_MV_PIPE_STAGES=4 or 5 (when they fit; an A/B knob, results never depend on it).
