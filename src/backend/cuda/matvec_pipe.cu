@@ -2,9 +2,10 @@
 // shared memory (the 4B's and 9B's layers, their heads) or whose width is not a multiple of 2048
 // (the 0.8B's and 4B's layers). Each SM's block streams its contiguous rows through a ring of
 // shared-memory stages (cp.async, a commit group a stage), a stage holding a tile of up to 32
-// rows by a chunk of up to 2048 inputs; the first stages are copied before the programmatic
-// wait, as the resident and head kernels do. A warp computes two rows of each tile (SwiGLU: the
-// gate and the up row of one item), carrying its chains from chunk to chunk.
+// rows by an equal part of their inputs (whole rows where three stages fit); the first stages
+// are copied before the programmatic wait, as the resident and head kernels do. A warp computes
+// two rows of each tile (SwiGLU: the gate and the up row of one item) in pieces of up to 2048
+// inputs, carrying its chains from piece to piece.
 //
 // Order: the canonical one of ops/numerics.h affine_dot, which a chunk of 2048 inputs keeps:
 // lane l's units are l, l + 32, ... (chunk c holds its units 256 c + l + 32 i, in order), its
@@ -82,17 +83,18 @@ __device__ __forceinline__ void chunk_pair(const uint32_t* wa, const unsigned sh
 // items: rows of the concatenated matrices (Store, Add) or gate/up pairs (SwiGLU); block b takes
 // items [b * items / grid, (b + 1) * items / grid). A tile is up to 32 rows of one matrix (SwiGLU:
 // 16 items, gate rows in slots 0-15 and up rows in slots 16-31); stage s holds tile s / chunks,
-// chunk s % chunks.
+// part s % chunks of each row: `span` inputs (K / span parts a row; span a multiple of 256 and
+// of 8 gs, of 2048 in the lane layout), computed in pieces of up to 2048 (chunk_pair).
 template <int STAGES, bool LANES>
-__global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items) {
+__global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_r;
   const int K = a.K, U = K / 8;
   const int shift = a.m[0].gs_shift, G = K >> shift;
   const bool swiglu = a.epi == Epilogue::SwiGLU;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunks = (K + kChunk - 1) / kChunk;
-  const int ck_max = min(K, kChunk), gc_max = ck_max >> shift;
+  const int chunks = K / span;
+  const int ck_max = span, gc_max = ck_max >> shift;
   const uint32_t wslot = uint32_t(ck_max / 2), sslot = uint32_t(gc_max * 2);  // bytes a row slot
   const uint32_t w_bytes = kTileRows * wslot, s_bytes = kTileRows * sslot;
   const uint32_t stage_bytes = w_bytes + 2 * s_bytes;
@@ -148,14 +150,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
     if (s < total) {
       int mi, r0, n;
       tile_of(s / chunks, mi, r0, n);
-      const int c = s % chunks, ck = min(kChunk, K - c * kChunk), gc = ck >> shift;
+      const int c = s % chunks, ck = span, gc = ck >> shift;
       unsigned char* st = stages + (s % STAGES) * stage_bytes;
       const int pw = ck / 32, ps = gc / 8;  // 16-byte pieces of a row's words, of its scales
       for (int half = 0; half < (swiglu ? 2 : 1); ++half) {
         const MatDev& m = a.m[mi + half];
         const int slot0 = half * kWarps;
-        const unsigned char* w = static_cast<const unsigned char*>(m.w) + size_t(r0) * (K / 2) + size_t(c) * (kChunk / 2);
-        const size_t soff = size_t(r0) * (G * 2) + size_t((c * kChunk) >> shift) * 2;
+        const unsigned char* w = static_cast<const unsigned char*>(m.w) + size_t(r0) * (K / 2) + size_t(c) * (span / 2);
+        const size_t soff = size_t(r0) * (G * 2) + size_t((c * span) >> shift) * 2;
         const unsigned char* sc = static_cast<const unsigned char*>(m.s) + soff;
         const unsigned char* bi = static_cast<const unsigned char*>(m.b) + soff;
         for (int i = threadIdx.x; i < n * pw; i += blockDim.x) {
@@ -248,12 +250,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
       issue(s + STAGES - 1);
       if (mine) {
         const unsigned char* st = stages + (s % STAGES) * stage_bytes;
-        const int ck = min(kChunk, K - c * kChunk);
         const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
         S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
-        chunk_pair<LANES>(w + ja * (wslot / 4), sc + ja * (sslot / 2), bi + ja * (sslot / 2), w + jb * (wslot / 4),
-                          sc + jb * (sslot / 2), bi + jb * (sslot / 2), ck / 256, ck >> shift, c * (kChunk / 8),
-                          (c * kChunk) >> shift, shift, xa, xb, xg, lane, acc_a, acc_b, bias_a, bias_b);
+        for (int p = 0; p < span; p += kChunk) {  // the part's pieces of up to 2048 inputs, in order
+          const int ck = min(kChunk, span - p), in0 = c * span + p;
+          const int wo = p / 8, so = p >> shift;  // the piece's first word and group in the slot
+          chunk_pair<LANES>(w + ja * (wslot / 4) + wo, sc + ja * (sslot / 2) + so, bi + ja * (sslot / 2) + so,
+                            w + jb * (wslot / 4) + wo, sc + jb * (sslot / 2) + so, bi + jb * (sslot / 2) + so, ck / 256,
+                            ck >> shift, in0 / 8, in0 >> shift, shift, xa, xb, xg, lane, acc_a, acc_b, bias_a, bias_b);
+        }
       }
     }
     if (mine) {
@@ -271,8 +276,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
 }
 
 template <int STAGES>
-void launch_stages(bool lanes, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items) {
-  using Kernel = void (*)(ProjectArgs, int);
+void launch_stages(bool lanes, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items, int span) {
+  using Kernel = void (*)(ProjectArgs, int, int);
   const Kernel k = lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
   static bool attr_set = false;
   if (!attr_set) {
@@ -280,7 +285,7 @@ void launch_stages(bool lanes, int blocks, size_t smem, cudaStream_t s, const Pr
       DQ_CUDA_CHECK(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items);
+  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span);
 }
 
 }  // namespace
@@ -295,8 +300,8 @@ bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const MatDev& m0 = a.m[0];
   const int K = a.K;
   if (m0.fmt != WFmt::Affine || m0.bits != 4 || m0.sdt != SDt::BF16 || m0.gs_shift < 3 || m0.gs_shift > 8) return false;
-  // Chunks of 2048 inputs and their remainder hold whole lanes of units (K % 256) and whole
-  // 16-byte pieces of scales (K % (8 gs)).
+  // A stage's part of a row (below) holds whole lanes of units (% 256) and whole 16-byte pieces
+  // of scales (% (8 gs)), and in the lane layout whole chunks of 2048.
   if (K % 256 != 0 || K % (8 * m0.gs) != 0) return false;
   if (m0.lanes && K % kChunk != 0) return false;
   const bool swiglu = a.epi == Epilogue::SwiGLU;
@@ -315,22 +320,32 @@ bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (!swiglu)
     for (int i = 0; i < a.n; ++i) items += a.m[i].rows;
   if (items < 1) return false;
-  const int G = K / m0.gs, ck = std::min(K, kChunk);
-  const size_t stage_bytes = size_t(kTileRows) * (ck / 2 + 2 * (ck / m0.gs) * 2);
+  const int G = K / m0.gs;
   const size_t raw_bytes = a.norm ? size_t(K) * 4 : 0;  // x as given, for the sum of squares
   const size_t x_bytes = size_t(K / 8) * 32 + size_t(G) * 4 + raw_bytes;
+  auto stage_bytes_of = [&](int span) { return size_t(kTileRows) * (span / 2 + 2 * (span / m0.gs) * 2); };
   // Three stages: on an H100 the 9B decoded 309.3 tok/s with 3, 304.3 with 4 and 295.6 with 5
   // (as many as fit), the 4B 342.5 / 339.9 / 338.8 (docs/bench.md, session 27).
   // DELTAQ_MV_PIPE_STAGES=4 or 5 (when they fit; an A/B knob, results never depend on it).
   static const int max_stages = std::clamp(env_int("DELTAQ_MV_PIPE_STAGES", 3), 3, 5);
+  // A stage's part of a row: the longest equal part (whole rows first) with which three stages
+  // fit, so that every stage carries as many bytes: with 2048 and a remainder (the 4B's K =
+  // 2560: 2048 + 512) a small stage left the ring short of bytes in flight.
+  int span = 0;
+  for (int n = 1; n <= K / 256 && !span; ++n) {
+    const int sp = K / n;
+    if (K % n || sp % 256 || sp % (8 * m0.gs) || (m0.lanes && sp % kChunk)) continue;
+    if (x_bytes + 3 * stage_bytes_of(sp) <= 225 * 1024) span = sp;
+  }
+  if (!span) return false;
+  const size_t stage_bytes = stage_bytes_of(span);
   int stages = max_stages;
-  while (stages >= 3 && x_bytes + stages * stage_bytes > 225 * 1024) --stages;
-  if (stages < 3) return false;
+  while (stages > 3 && x_bytes + stages * stage_bytes > 225 * 1024) --stages;
   const int blocks = std::min(num_sms, items);
   const size_t smem = x_bytes + stages * stage_bytes;
-  if (stages == 5) launch_stages<5>(m0.lanes, blocks, smem, s, a, items);
-  else if (stages == 4) launch_stages<4>(m0.lanes, blocks, smem, s, a, items);
-  else launch_stages<3>(m0.lanes, blocks, smem, s, a, items);
+  if (stages == 5) launch_stages<5>(m0.lanes, blocks, smem, s, a, items, span);
+  else if (stages == 4) launch_stages<4>(m0.lanes, blocks, smem, s, a, items, span);
+  else launch_stages<3>(m0.lanes, blocks, smem, s, a, items, span);
   return true;
 }
 
