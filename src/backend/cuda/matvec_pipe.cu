@@ -85,8 +85,10 @@ __device__ __forceinline__ void chunk_pair(const uint32_t* wa, const unsigned sh
 // 16 items, gate rows in slots 0-15 and up rows in slots 16-31); stage s holds tile s / chunks,
 // part s % chunks of each row: `span` inputs (K / span parts a row; span a multiple of 256 and
 // of 8 gs, of 2048 in the lane layout), computed in pieces of up to 2048 (chunk_pair).
+// skip_rows: the kernel lab only (DELTAQ_MV_PIPE_SKIP=1: no row arithmetic, wrong results; the
+// copies alone stream the 9B's gate/up at 86% of the bandwidth, against 61% with the rows).
 template <int STAGES, bool LANES>
-__global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span) {
+__global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span, int skip_rows) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_r;
   const int K = a.K, U = K / 8;
@@ -248,7 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
       async_wait_group<STAGES - 2>();  // this thread's copies of stage s have landed
       __syncthreads();                 // everyone's have, and stage s - 1's slot is free again
       issue(s + STAGES - 1);
-      if (mine) {
+      if (mine && !skip_rows) {
         const unsigned char* st = stages + (s % STAGES) * stage_bytes;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
         S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
@@ -277,7 +279,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
 
 template <int STAGES>
 void launch_stages(bool lanes, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items, int span) {
-  using Kernel = void (*)(ProjectArgs, int, int);
+  using Kernel = void (*)(ProjectArgs, int, int, int);
+  static const int skip_rows = env_int("DELTAQ_MV_PIPE_SKIP", 0);
   const Kernel k = lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
   static bool attr_set = false;
   if (!attr_set) {
@@ -285,7 +288,7 @@ void launch_stages(bool lanes, int blocks, size_t smem, cudaStream_t s, const Pr
       DQ_CUDA_CHECK(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span);
+  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span, skip_rows);
 }
 
 }  // namespace
