@@ -109,31 +109,40 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
 
   const int i0 = int(int64_t(blockIdx.x) * items / gridDim.x);
   const int i1 = int(int64_t(blockIdx.x + 1) * items / gridDim.x);
-  // The block's tiles in order: tile t is matrix mi's rows r0 .. r0 + n - 1 (SwiGLU: items, the
-  // same rows of both matrices). walk(t, ...) finds tile t; with t = -1 it returns their count.
+  // Tile t: matrix mi, rows r0 .. r0 + n - 1 (SwiGLU: items, the same rows of both matrices).
   const int per_tile = swiglu ? kWarps : kTileRows;
-  auto walk = [&](int t, int& mi, int& r0, int& n) {
-    int base = 0, seen = 0;
-    for (int m = 0; m < (swiglu ? 1 : a.n); ++m) {
-      const int lo = max(i0, base), hi = min(i1, base + (swiglu ? items : a.m[m].rows));
+  auto tile_of = [&](int t, int& mi, int& r0, int& n) {
+    if (swiglu) {
+      mi = 0;
+      r0 = i0 + t * per_tile;
+      n = min(per_tile, i1 - r0);
+      return;
+    }
+    int base = 0;
+    for (int m = 0; m < a.n; ++m) {
+      const int lo = max(i0, base), hi = min(i1, base + a.m[m].rows);
       const int nt = hi > lo ? (hi - lo + per_tile - 1) / per_tile : 0;
-      if (t >= seen && t < seen + nt) {
+      if (t < nt) {
         mi = m;
-        r0 = lo - base + (t - seen) * per_tile;
-        n = min(per_tile, hi - lo - (t - seen) * per_tile);
-        return seen;
+        r0 = lo - base + t * per_tile;
+        n = min(per_tile, hi - lo - t * per_tile);
+        return;
       }
-      seen += nt;
+      t -= nt;
       base += a.m[m].rows;
     }
     mi = 0, r0 = 0, n = 0;
-    return seen;
   };
-  auto tile_of = [&](int t, int& mi, int& r0, int& n) { walk(t, mi, r0, n); };
-  int tiles;
-  {
-    int mi, r0, n;
-    tiles = walk(-1, mi, r0, n);
+  int tiles = 0;
+  if (swiglu) {
+    tiles = (i1 - i0 + per_tile - 1) / per_tile;
+  } else {
+    int base = 0;
+    for (int m = 0; m < a.n; ++m) {
+      const int lo = max(i0, base), hi = min(i1, base + a.m[m].rows);
+      if (hi > lo) tiles += (hi - lo + per_tile - 1) / per_tile;
+      base += a.m[m].rows;
+    }
   }
   const int total = tiles * chunks;
 
