@@ -147,14 +147,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   const int total = tiles * chunks;
 
   // Stage s's copies by every thread, then one commit (also past the end: the count of groups
-  // stays regular for the waits below).
+  // stays regular for the waits below). Thread i copies the pieces i, i + blockDim, ... of the
+  // stage's rows (row j = piece / pieces a row); the divisions are made once here, and each step
+  // moves (row, piece) on by (dj, dp): the issue runs in every stage's critical path.
+  const int pw = span / 32, ps = (span >> shift) / 8;  // 16-byte pieces of a row's words, of its scales
+  const int jw0 = threadIdx.x / pw, pw0 = threadIdx.x % pw, djw = blockDim.x / pw, dpw = blockDim.x % pw;
+  const int js0 = threadIdx.x / ps, ps0 = threadIdx.x % ps, djs = blockDim.x / ps, dps = blockDim.x % ps;
   auto issue = [&](int s) {
     if (s < total) {
       int mi, r0, n;
       tile_of(s / chunks, mi, r0, n);
-      const int c = s % chunks, ck = span, gc = ck >> shift;
+      const int c = s % chunks;
       unsigned char* st = stages + (s % STAGES) * stage_bytes;
-      const int pw = ck / 32, ps = gc / 8;  // 16-byte pieces of a row's words, of its scales
       for (int half = 0; half < (swiglu ? 2 : 1); ++half) {
         const MatDev& m = a.m[mi + half];
         const int slot0 = half * kWarps;
@@ -162,14 +166,16 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
         const size_t soff = size_t(r0) * (G * 2) + size_t((c * span) >> shift) * 2;
         const unsigned char* sc = static_cast<const unsigned char*>(m.s) + soff;
         const unsigned char* bi = static_cast<const unsigned char*>(m.b) + soff;
-        for (int i = threadIdx.x; i < n * pw; i += blockDim.x) {
-          const int j = i / pw, p = i - j * pw;
+        for (int j = jw0, p = pw0; j < n;) {
           async_copy16(st + (slot0 + j) * wslot + 16 * p, w + size_t(j) * (K / 2) + 16 * p);
+          j += djw, p += dpw;
+          if (p >= pw) p -= pw, ++j;
         }
-        for (int i = threadIdx.x; i < n * ps; i += blockDim.x) {
-          const int j = i / ps, p = i - j * ps;
+        for (int j = js0, p = ps0; j < n;) {
           async_copy16(st + w_bytes + (slot0 + j) * sslot + 16 * p, sc + size_t(j) * (G * 2) + 16 * p);
           async_copy16(st + w_bytes + s_bytes + (slot0 + j) * sslot + 16 * p, bi + size_t(j) * (G * 2) + 16 * p);
+          j += djs, p += dps;
+          if (p >= ps) p -= ps, ++j;
         }
       }
     }
