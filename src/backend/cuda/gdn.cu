@@ -2,7 +2,9 @@
 // kernel 1: causal conv + SiLU for every channel (one thread per channel, tokens in order);
 // kernel 2: per value head: q/k L2 norms, gates, the delta-rule update of S (fp32, in shared
 // memory while the head is processed), read-out and the gated RMSNorm. For ungrouped 128-dim
-// heads (0.8B, 2B) one fused kernel does both (fused_kernel below).
+// heads (0.8B, 2B) one fused kernel does both (fused_kernel below); in decode, split_kernel
+// spreads each head over a cluster of blocks, for grouped heads too (4B, 9B: two value heads a
+// key head).
 #include <cooperative_groups.h>
 
 #include <cstdlib>
