@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "model/family_shapes.h"
 #include "ops/ops.h"
 
 namespace dq::bench {
@@ -41,22 +42,10 @@ struct Stage {
 };
 constexpr int k2bHidden = 2048, k2bInter = 6144, k2bVocab = 248320;
 
-// The shapes of a family member (as make-model --like builds them).
-struct StepShape {
-  int hidden, inter, layers, heads, kv_heads, head_dim, lk_heads, lv_heads, k_dim, v_dim, vocab;
-};
-inline bool step_shape(const std::string& like, StepShape& s) {
-  if (like == "qwen3.5-0.8b") s = {1024, 3584, 24, 8, 2, 256, 16, 16, 128, 128, k2bVocab};
-  else if (like == "qwen3.5-2b") s = {2048, 6144, 24, 8, 2, 256, 16, 16, 128, 128, k2bVocab};
-  else if (like == "qwen3.5-4b") s = {2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128, k2bVocab};
-  else if (like == "qwen3.5-9b") s = {4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128, k2bVocab};
-  else return false;
-  return true;
-}
-
-inline std::vector<Stage> qwen35_step(Backend& be, std::mt19937_64& rng, const StepShape& s) {
-  const int H = s.hidden, I = s.inter, C = 2 * s.lk_heads * s.k_dim + s.lv_heads * s.v_dim,
-            VD = s.lv_heads * s.v_dim, QG = 2 * s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
+// One size of the family (model/family_shapes.h).
+inline std::vector<Stage> qwen35_step(Backend& be, std::mt19937_64& rng, const FamilyShape& s) {
+  const int H = s.hidden, I = s.inter, C = 2 * s.lk_heads * s.lk_dim + s.lv_heads * s.lv_dim,
+            VD = s.lv_heads * s.lv_dim, QG = 2 * s.heads * s.head_dim, KV = s.kv_heads * s.head_dim;
   std::vector<Stage> stages;
   // The layers' matrices in the backend's layout for products, as the engine loads them
   // (model/weights.cpp); the head keeps the checkpoint's.
@@ -80,9 +69,7 @@ inline std::vector<Stage> qwen35_step(Backend& be, std::mt19937_64& rng, const S
 }
 
 inline std::vector<Stage> qwen35_2b_step(Backend& be, std::mt19937_64& rng) {
-  StepShape s{};
-  step_shape("qwen3.5-2b", s);
-  return qwen35_step(be, rng, s);
+  return qwen35_step(be, rng, *family_shape("qwen3.5-2b"));
 }
 
 }  // namespace dq::bench

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--like" && i + 1 < argc) like = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reps N] [--like qwen3.5-0.8b|2b|4b|9b]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--reps N] [--like qwen3.5-0.8b|2b|4b|9b|tiny]\n", argv[0]);
       return 2;
     }
   }
@@ -44,13 +44,13 @@ int main(int argc, char** argv) {
     auto be = make_backend(opt);
     auto q = be->make_queue();
     std::mt19937_64 rng(1);
-    bench::StepShape shape{};
-    if (!bench::step_shape(like, shape)) {
-      std::fprintf(stderr, "error: --like: unknown size '%s' (expected qwen3.5-0.8b, -2b, -4b or -9b)\n", like.c_str());
+    const FamilyShape* shape = family_shape(like);
+    if (!shape) {
+      std::fprintf(stderr, "error: --like: unknown size '%s' (expected qwen3.5-0.8b, -2b, -4b, -9b or tiny)\n", like.c_str());
       return 2;
     }
-    const int I = shape.inter, V = shape.vocab;
-    std::vector<bench::Stage> stages = bench::qwen35_step(*be, rng, shape);
+    const int I = shape->inter, V = shape->vocab;
+    std::vector<bench::Stage> stages = bench::qwen35_step(*be, rng, *shape);
     size_t bytes = 0;
     int products = 0;
     for (auto& st : stages)

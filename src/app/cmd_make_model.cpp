@@ -9,22 +9,14 @@
 #include "app/cli_common.h"
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "model/family_shapes.h"
 
 namespace dq::app {
 
 namespace {
 
-struct Shape {
-  int vocab, hidden, inter, layers, heads, kv_heads, head_dim, lk_heads, lv_heads, lk_dim, lv_dim;
-  bool tied;
-};
-
-Shape shape_of(const std::string& like) {
-  if (like == "qwen3.5-0.8b") return {248320, 1024, 3584, 24, 8, 2, 256, 16, 16, 128, 128, true};
-  if (like == "qwen3.5-2b") return {248320, 2048, 6144, 24, 8, 2, 256, 16, 16, 128, 128, true};
-  if (like == "qwen3.5-4b") return {248320, 2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128, true};
-  if (like == "qwen3.5-9b") return {248320, 4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128, false};
-  if (like == "tiny") return {1024, 128, 384, 4, 4, 2, 64, 2, 4, 32, 32, true};
+const FamilyShape& shape_of(const std::string& like) {
+  if (const FamilyShape* s = family_shape(like)) return *s;
   fail("--like: unknown size '{}' (expected qwen3.5-0.8b, qwen3.5-2b, qwen3.5-4b, qwen3.5-9b or tiny)", like);
 }
 
@@ -104,7 +96,7 @@ Command add_make_model(CLI::App& app) {
   cmd->add_option("--seed", *seed, "random seed");
   cmd->add_option("-o,--out", *outdir, "output folder")->required();
   return {cmd, [like, seed, outdir]() {
-            const Shape sh = shape_of(*like);
+            const FamilyShape& sh = shape_of(*like);
             Rng rng{*seed * 0x2545F4914F6CDD1Dull + 12345};
             std::filesystem::create_directories(*outdir);
             const std::string P = "language_model.model.";

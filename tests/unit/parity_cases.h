@@ -263,7 +263,7 @@ inline void decode_shape_cases(std::vector<Target>& targets) {
 
 // One decode step's products at the other Qwen3.5 sizes' shapes (bf16 scales, groups of 64, one
 // token): the 0.8B's widths 1024 and 3584 and the 4B's 2560 and 9216 (not multiples of 2048: the
-// checkpoint's layout, and a last chunk of 1536, 512 or 1024 inputs in CUDA's pipelined product),
+// checkpoint's layout, and stage parts of 3584, 2560 and 3072 inputs in CUDA's pipelined product),
 // the 4B's and 9B's 4096 and 12288 (the lane layout; rows too many for the resident kernel), with
 // several matrices, SwiGLU, the residual add and the tall heads. Large: the GPU suite runs them.
 inline void family_shape_cases(std::vector<Target>& targets) {

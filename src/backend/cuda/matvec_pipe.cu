@@ -133,6 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
     }
     mi = 0, r0 = 0, n = 0;
   };
+  // (The count repeats tile_of's walk on purpose: one helper for both, which tile_of then
+  // called in every stage's copy issue, measured 1.3-2.5% slower; docs/bench.md, session 28.)
   int tiles = 0;
   if (swiglu) {
     tiles = (i1 - i0 + per_tile - 1) / per_tile;
