@@ -79,8 +79,30 @@ TEST(CudaBackend, ProductMatrixLaneLayout) {
             ASSERT_EQ(sg, s0[size_t(r) * G + g]) << "gs " << gs << " scale";
           }
   }
-  // Kept as they are: K not a multiple of 2048, 8-bit, f16 scales, dense.
-  for (Matrix m : {rig.matrix(WFormat::Affine, 4, 1024), rig.matrix(WFormat::Affine, 4, 2048, 8, 64),
+  // K = 1024 (the 0.8B's width): one half chunk, 4 units a lane: words lane * 4 + i, and the
+  // lane's 4 scales (groups lane / n + gstep i) together.
+  for (int gs : {8, 64, 256}) {
+    const int K = 1024, rows = 3, U = K / 8, G = K / gs, n = gs / 8, gstep = 256 / gs;
+    Matrix m = rig.matrix(WFormat::Affine, rows, K, 4, gs);
+    Matrix d = t[0].be->product_matrix(t[0].map(m));
+    ASSERT_EQ(d.layout, WLayout::Lanes) << "gs " << gs;
+    std::vector<uint8_t> w = t[0].read(Ref{d.w}), sc = t[0].read(Ref{d.scales});
+    const auto* w0 = static_cast<const uint32_t*>(m.w->ptr);
+    const auto* s0 = static_cast<const uint16_t*>(m.scales->ptr);
+    for (int r = 0; r < rows; ++r)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i) {
+          uint32_t got;
+          std::memcpy(&got, &w[4 * (size_t(r) * U + lane * 4 + i)], 4);
+          ASSERT_EQ(got, w0[size_t(r) * U + lane + 32 * i]) << "gs " << gs << " word";
+          uint16_t sg;
+          std::memcpy(&sg, &sc[2 * (size_t(r) * G + (lane / n) * 4 + i)], 2);
+          ASSERT_EQ(sg, s0[size_t(r) * G + lane / n + gstep * i]) << "gs " << gs << " scale";
+        }
+  }
+  // Kept as they are: other widths not a multiple of 2048, 8-bit, f16 scales, dense.
+  for (Matrix m : {rig.matrix(WFormat::Affine, 4, 3072), rig.matrix(WFormat::Affine, 4, 512),
+                   rig.matrix(WFormat::Affine, 4, 3584), rig.matrix(WFormat::Affine, 4, 2048, 8, 64),
                    rig.matrix(WFormat::Affine, 4, 2048, 4, 64, DType::F16), rig.matrix(WFormat::BF16, 4, 2048)})
     EXPECT_EQ(t[0].be->product_matrix(t[0].map(m)).layout, WLayout::Rows);
 }

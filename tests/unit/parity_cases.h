@@ -305,13 +305,14 @@ inline void family_shape_cases(std::vector<Target>& targets) {
 }
 
 // gate/up in the products' layout (CUDA: the resident kernel's lane layout) at shapes beside the
-// 2B's: one and two chunks of 2048 inputs, pair counts that split unevenly over the blocks,
-// several tokens, and an x with zero units and a huge input (x's limbs at their extremes).
+// 2B's: one and two chunks of 2048 inputs and the 0.8B's half chunk (K = 1024), pair counts
+// that split unevenly over the blocks, several tokens, and an x with zero units and a huge input
+// (x's limbs at their extremes).
 inline void swiglu_product_cases(std::vector<Target>& targets) {
   Rig rig;
-  for (int K : {2048, 4096})
+  for (int K : {1024, 2048, 4096})
     for (int T : {1, 3}) {
-      const int I = K == 2048 ? 1000 : 1540;
+      const int I = K == 4096 ? 1540 : 1000;
       Matrix gate = rig.matrix(WFormat::Affine, I, K), up = rig.matrix(WFormat::Affine, I, K);
       Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
       float* xv = x.as<float>();
@@ -320,6 +321,24 @@ inline void swiglu_product_cases(std::vector<Target>& targets) {
       check(rig, targets, {rig.zeros(size_t(T) * I * 4)}, [&](Target& g, const std::vector<Ref>& o) {
         return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], T});
       }, "swiglu products K=" + std::to_string(K) + " T=" + std::to_string(T));
+    }
+  // The half chunk's scales at every group size the lane layout takes (CUDA: a lane's 4 scales
+  // are one 8-byte load; groups of 256 give all lanes the same 4), stored products of several
+  // matrices (attention's in-projections) and a residual product, one and two tokens.
+  for (int gs : {8, 32, 128, 256})
+    for (int T : {1, 2}) {
+      const int K = 1024;
+      Matrix q = rig.matrix(WFormat::Affine, 700, K, 4, gs), k = rig.matrix(WFormat::Affine, 130, K, 4, gs),
+             r = rig.matrix(WFormat::Affine, 300, K, 4, gs);
+      Ref x = rig.inputs(size_t(T) * K), norm = rig.floats(K);
+      const std::string n = " K=1024 gs=" + std::to_string(gs) + " T=" + std::to_string(T);
+      check(rig, targets, {rig.zeros(size_t(T) * 700 * 4), rig.zeros(size_t(T) * 130 * 4)},
+            [&](Target& g, const std::vector<Ref>& o) {
+              return Op(op::Project{g.map(x), g.map(norm), 1e-6f, {g.map_product(q), g.map_product(k)}, {o[0], o[1]}, 2, T});
+            }, "stored products" + n);
+      check(rig, targets, {rig.inputs(size_t(T) * 300)}, [&](Target& g, const std::vector<Ref>& o) {
+        return Op(op::ProjectAdd{g.map(x), g.map_product(r), o[0], T});
+      }, "residual product" + n);
     }
   // Many rows a warp: with K = 256 a block of the CUDA resident kernel holds ~300 gate/up rows
   // (40000 over 132 SMs), ~38 a warp, so its SwiGLU epilogue (made after the dots, 32 rows a
@@ -445,7 +464,7 @@ inline void gdn_two_steps_case(std::vector<Target>& targets) {
 // too. Every buffer either op writes (but the conv's scratch) must equal the reference's.
 inline void gdn_mixer_cases(std::vector<Target>& targets) {
   Rig rig;
-  const int D = 2048;
+  for (int D : {2048, 1024})  // the 2B's hidden, the 0.8B's
   for (int H : {16, 4})
     for (int T : {1, 2}) {
       const int steps = T == 1 ? 2 : 1;
@@ -468,7 +487,7 @@ inline void gdn_mixer_cases(std::vector<Target>& targets) {
                         {o[0], o[1], o[2], o[3]}, 4, T},
             op::GdnCore{g, o[0], o[1], o[2], o[3], tg.map(conv_w), tg.map(A), tg.map(dt), tg.map(gnorm), o[4], o[5], o[6],
                         tg.map(scratch), T}});
-      }, "project_gdn H=" + std::to_string(H) + " T=" + std::to_string(T), steps);
+      }, "project_gdn D=" + std::to_string(D) + " H=" + std::to_string(H) + " T=" + std::to_string(T), steps);
     }
 }
 

@@ -590,12 +590,12 @@ class CudaBackend : public Backend {
   std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(num_sms_, err_dev_, err_mirror_); }
   size_t allocated_bytes() const override { return *allocated_; }
 
-  // 4-bit matrices of the fast path (K a multiple of 2048, power-of-two groups of 8 to 256,
-  // bf16 scales) in the lane layout (q4.cuh); DELTAQ_LANES=0 keeps the checkpoint's layout.
+  // 4-bit matrices of the fast path (K a multiple of 2048 or K = 1024, power-of-two groups of 8
+  // to 256, bf16 scales) in the lane layout (q4.cuh); DELTAQ_LANES=0 keeps the checkpoint's layout.
   Matrix product_matrix(const Matrix& m) override {
     static const bool on = !(std::getenv("DELTAQ_LANES") && std::getenv("DELTAQ_LANES")[0] == '0');
     const int gs = m.group_size;
-    if (!on || m.format != WFormat::Affine || m.bits != 4 || m.layout != WLayout::Rows || m.cols % 2048 != 0 ||
+    if (!on || m.format != WFormat::Affine || m.bits != 4 || m.layout != WLayout::Rows || !lane_width(int(m.cols)) ||
         gs < 8 || gs > 256 || (gs & (gs - 1)) != 0 || m.scale_dtype != DType::BF16 || !m.w || !m.scales)
       return m;
     const size_t wbytes = size_t(m.rows) * (m.cols / 2), sbytes = size_t(m.rows) * (m.cols / gs) * 2;

@@ -1,8 +1,8 @@
 // A GDN layer's token mixer in one kernel for decode (op::ProjectGdn, one token): the
 // in-projections, the causal conv + SiLU, the q/k norms and gates, the delta rule and the gated
 // RMSNorm, with no launch between the products and the recurrence. Shapes: the 2B family
-// (Hk == Hv, 128-dim heads, conv kernel 4, hidden 2048, the in-projections 4-bit in the lane
-// layout with groups of 64 and bf16 scales).
+// (Hk == Hv, 128-dim heads, conv kernel 4, hidden 2048 or the 0.8B's 1024, the in-projections
+// 4-bit in the lane layout with groups of 64 and bf16 scales).
 //
 // A cluster of SL = 8 blocks per head (128 blocks for the 2B's 16 heads). Block sl owns
 // CB = 16 channels of its head: it copies their q, k, v and z rows (block 0 also the head's b
@@ -30,11 +30,16 @@ DQ_TIMELINE_FILE
 
 namespace {
 
-constexpr int kDK = 128, kKC = 4, kK = 2048, kU = kK / 8, kG = kK / 64;
+constexpr int kDK = 128, kKC = 4;
 constexpr int kST = kDK + 4;  // floats between two state columns in shared memory (float4 reads, no conflicts)
 // Blocks a head (one cluster): 128 blocks for 16 heads, one beside the previous kernel's on each SM.
 constexpr int kSL = 8;
-constexpr uint32_t kWRow = kK / 2, kSRow = kG * 2;  // bytes of a row's words and of its scales
+// The input width K (hidden: 2048, or 1024): units, groups of 64, bytes of a row's words and scales.
+template <int K>
+struct Width {
+  static constexpr int U = K / 8, G = K / 64;
+  static constexpr uint32_t WRow = K / 2, SRow = G * 2;
+};
 
 // The block's fixed shared memory (after x's); its weight rows follow.
 template <int SL>
@@ -56,17 +61,19 @@ struct alignas(16) MixerShared {
   float cst[kKC - 1][3 * CB];  // their conv state, oldest first
 };
 
-template <int SL>
+template <int SL, int K>
 constexpr size_t mixer_smem_bytes() {
-  constexpr int CB = kDK / SL, ROWS = 4 * CB + 2;
+  constexpr int CB = kDK / SL, ROWS = 4 * CB + 2, kK = K, kU = Width<K>::U;
+  constexpr uint32_t kWRow = Width<K>::WRow, kSRow = Width<K>::SRow;
   return size_t(kU) * 16 * 2 + size_t(kU) * 4 * 2 + size_t(kK) * 4 + sizeof(MixerShared<SL>) +
          size_t(ROWS) * (kWRow + 2 * kSRow);
 }
 
 // W warps: 8, 9 (block 0's extra pair, b and a, then adds no round of rows) or 11 (3 rounds).
-template <int SL, bool EARLY, int W>
+template <int SL, bool EARLY, int W, int K>
 __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g, int trigger) {
-  constexpr int kWarps = W;
+  constexpr int kWarps = W, kK = K, kU = Width<K>::U, kG = Width<K>::G;
+  constexpr uint32_t kWRow = Width<K>::WRow, kSRow = Width<K>::SRow;
   constexpr int CB = kDK / SL, ROWS = 4 * CB + 2;
   using Fix = MixerShared<SL>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -128,7 +135,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       async_copy4(f.sS + (c % CB) * kST + c / CB, Sg + size_t(c / CB) * kDK + c % CB);
   };
   if (EARLY) load_state();
-  const int u = threadIdx.x;  // the unit this thread stages (256 units: warps 8 and up stage none)
+  const int u = threadIdx.x;  // the unit this thread stages (kU units: warps from kU / 32 on stage none)
   const bool stager = u < kU;
   float4 nw0 = make_float4(0, 0, 0, 0), nw1 = nw0;
   if (stager) {
@@ -344,19 +351,26 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   DQ_SM(123);
 }
 
-// How many clusters of the head's SL blocks can be resident at once (the occupancy API); the
-// kernel is used only when every head's cluster can (H200: see tools/gpu-check's log).
+// How many clusters of the head's SL blocks can be resident at once (the occupancy API, at the
+// wider K's shared memory); the kernel is used only when every head's cluster can (H200: see
+// tools/gpu-check's log).
+template <int K>
+void set_smem_attrs() {
+  const size_t smem = mixer_smem_bytes<kSL, K>();
+  for (auto k : {mixer_kernel<kSL, false, 8, K>, mixer_kernel<kSL, true, 8, K>, mixer_kernel<kSL, false, 9, K>,
+                 mixer_kernel<kSL, true, 9, K>, mixer_kernel<kSL, false, 11, K>, mixer_kernel<kSL, true, 11, K>})
+    DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+
 int max_clusters() {
   static int n = -1;
   if (n < 0) {
-    const size_t smem = mixer_smem_bytes<kSL>();
-    for (auto k : {mixer_kernel<kSL, false, 8>, mixer_kernel<kSL, true, 8>, mixer_kernel<kSL, false, 9>,
-                   mixer_kernel<kSL, true, 9>, mixer_kernel<kSL, false, 11>, mixer_kernel<kSL, true, 11>})
-      DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    set_smem_attrs<2048>();
+    set_smem_attrs<1024>();
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(16 * kSL);
     cfg.blockDim = dim3(11 * 32);
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = mixer_smem_bytes<kSL, 2048>();
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = kSL;
@@ -365,13 +379,23 @@ int max_clusters() {
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int got = 0;
-    if (cudaOccupancyMaxActiveClusters(&got, mixer_kernel<kSL, true, 11>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&got, mixer_kernel<kSL, true, 11, 2048>, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();
       got = 0;
     }
     n = got;
   }
   return n;
+}
+
+// The kernel for the launch's warps a block, K and whether the state may be read early.
+template <int K>
+void launch_width(int warps, bool early, int trigger, const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) {
+  using Kernel = void (*)(ProjectArgs, GdnArgs, int);
+  const Kernel k = warps == 8    ? (early ? mixer_kernel<kSL, true, 8, K> : mixer_kernel<kSL, false, 8, K>)
+                   : warps == 11 ? (early ? mixer_kernel<kSL, true, 11, K> : mixer_kernel<kSL, false, 11, K>)
+                                 : (early ? mixer_kernel<kSL, true, 9, K> : mixer_kernel<kSL, false, 9, K>);
+  launch_kernel_in(kSL, k, g.hv * kSL, warps * 32, mixer_smem_bytes<kSL, K>(), s, p, g, trigger);
 }
 
 }  // namespace
@@ -382,14 +406,14 @@ bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) 
   // DELTAQ_GDN_MIXER=0 (an A/B knob): the two ops' own kernels.
   static const char* env = std::getenv("DELTAQ_GDN_MIXER");
   static const bool enabled = !(env && env[0] == '0');
-  if (!enabled || p.T != 1 || g.T != 1 || p.n != 4 || !p.norm || p.K != kK) return false;
+  if (!enabled || p.T != 1 || g.T != 1 || p.n != 4 || !p.norm || (p.K != 2048 && p.K != 1024)) return false;
   const int H = g.hv;
   if (g.hk != H || g.dk != kDK || g.dv != kDK || g.K != kKC) return false;
   const int rows[4] = {3 * H * kDK, H * kDK, H, H};
   for (int i = 0; i < 4; ++i) {
     const MatDev& m = p.m[i];
     if (m.fmt != WFmt::Affine || m.bits != 4 || m.gs != 64 || m.gs_shift != 6 || m.sdt != SDt::BF16 || !m.lanes ||
-        m.cols != kK || m.rows != rows[i] || reinterpret_cast<uintptr_t>(m.w) % 16)
+        m.cols != p.K || m.rows != rows[i] || reinterpret_cast<uintptr_t>(m.w) % 16)
       return false;
   }
   if (p.m[0].y != g.mixed || p.m[1].y != g.z || p.m[2].y != g.b || p.m[3].y != g.a) return false;
@@ -405,17 +429,14 @@ bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) 
     const int w = e ? std::atoi(e) : 11;
     return w == 8 || w == 9 ? w : 11;
   }();
-  using Kernel = void (*)(ProjectArgs, GdnArgs, int);
-  const Kernel k = warps == 8    ? (g.early ? mixer_kernel<kSL, true, 8> : mixer_kernel<kSL, false, 8>)
-                   : warps == 11 ? (g.early ? mixer_kernel<kSL, true, 11> : mixer_kernel<kSL, false, 11>)
-                                 : (g.early ? mixer_kernel<kSL, true, 9> : mixer_kernel<kSL, false, 9>);
   // After x's phase (H200, session 14 run 8: 1146.2 tok/s against 1140.7 at the start and 1094.2
   // after the rows). DELTAQ_GDN_MIXER_TRIGGER=0 or 2 (an A/B knob; results never depend on it).
   static const int trigger = [] {
     const char* e = std::getenv("DELTAQ_GDN_MIXER_TRIGGER");
     return e ? std::abs(std::atoi(e)) % 3 : 1;
   }();
-  launch_kernel_in(kSL, k, H * kSL, warps * 32, mixer_smem_bytes<kSL>(), s, p, g, trigger);
+  if (p.K == 2048) launch_width<2048>(warps, g.early, trigger, p, g, s);
+  else launch_width<1024>(warps, g.early, trigger, p, g, s);
   return true;
 }
 

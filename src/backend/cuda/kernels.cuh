@@ -24,6 +24,9 @@ struct MatDev {
   float* y = nullptr;  // output [T][rows]
 };
 
+// Whether a width takes the lane layout (q4.cuh): whole chunks of 2048 inputs, or the one half
+// chunk of K = 1024 (the 0.8B's width).
+__host__ __device__ inline bool lane_width(int K) { return K > 0 && (K % 2048 == 0 || K == 1024); }
 // Backend::product_matrix's layout change on the device: row by row, word u to lane_word(u) and
 // scale g to lane_scale(g) (q4.cuh); dst and src do not overlap.
 void launch_lane_layout(const uint32_t* w, uint32_t* w_out, const uint16_t* s, uint16_t* s_out, int rows, int K,

@@ -14,7 +14,7 @@ __global__ void lane_layout_kernel(const uint32_t* w, uint32_t* w_out, const uin
   const int U = K / 8, G = K >> gs_shift;
   const size_t r = blockIdx.x;
   for (int u = threadIdx.x; u < U; u += blockDim.x) w_out[r * U + lane_word(u)] = w[r * U + u];
-  for (int g = threadIdx.x; g < G; g += blockDim.x) s_out[r * G + lane_scale(g, gs_shift)] = s[r * G + g];
+  for (int g = threadIdx.x; g < G; g += blockDim.x) s_out[r * G + lane_scale(g, gs_shift, G)] = s[r * G + g];
 }
 
 }  // namespace

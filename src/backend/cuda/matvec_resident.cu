@@ -467,7 +467,8 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t x_bytes = size_t(a.K) * 4 + 2 * size_t(a.K / 8) * 4 + (a.norm ? size_t(a.K) * 4 : 0);
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
   if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
-  const bool fast = m0.sdt == SDt::BF16 && a.K % 2048 == 0 && m0.gs_shift >= 0 && m0.gs_shift <= 8;
+  // (K = 1024: the 0.8B's width, one half chunk: q4.cuh dot2_fast.)
+  const bool fast = m0.sdt == SDt::BF16 && lane_width(a.K) && m0.gs_shift >= 0 && m0.gs_shift <= 8;
   if (fast_only && !fast) return false;
   if (m0.lanes && !fast) return false;  // (product_matrix makes only fast-path matrices lanes)
   // Variants (warps per block, blocks per SM the registers are capped for); results never
@@ -487,17 +488,18 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // streaming kernels).
   static const Kernel lanes_g64 = resident_kernel<8, 2, true, 6, true>;
   static const Kernel lanes_any = resident_kernel<8, 2, true, -1, true>;
-  // The 2B step's two widths compiled in (KC); DELTAQ_MV_RES_KC: bit 1 K = 2048, bit 2 K = 6144
-  // (default both; results never depend on it).
+  // The 2B step's two widths compiled in (KC), and the 0.8B's 1024; DELTAQ_MV_RES_KC: bit 1
+  // K = 2048, bit 2 K = 6144, bit 4 K = 1024 (default all; results never depend on it).
   static const Kernel lanes_g64_2048 = resident_kernel<8, 2, true, 6, true, 2048>;
   static const Kernel lanes_g64_6144 = resident_kernel<8, 2, true, 6, true, 6144>;
-  static const int kc = env_int("DELTAQ_MV_RES_KC", 3);
+  static const Kernel lanes_g64_1024 = resident_kernel<8, 2, true, 6, true, 1024>;
+  static const int kc = env_int("DELTAQ_MV_RES_KC", 7);
   if (m0.lanes && v != 3) return false;
   static bool attr_set = false;
   if (!attr_set) {
     for (auto& row : table)
       for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    for (Kernel k : {fast_g64, lanes_g64, lanes_any, lanes_g64_2048, lanes_g64_6144})
+    for (Kernel k : {fast_g64, lanes_g64, lanes_any, lanes_g64_2048, lanes_g64_6144, lanes_g64_1024})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
@@ -509,6 +511,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   static const int skip = env_int("DELTAQ_MV_RES_SKIP", 0);
   const Kernel k = m0.lanes ? (g64 && m0.gs_shift == 6 ? (a.K == 2048 && (kc & 1)   ? lanes_g64_2048
                                                           : a.K == 6144 && (kc & 2) ? lanes_g64_6144
+                                                          : a.K == 1024 && (kc & 4) ? lanes_g64_1024
                                                                                     : lanes_g64)
                                                       : lanes_any)
                   : fast && g64 && v == 3 && m0.gs_shift == 6 ? fast_g64

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backend/cuda/kernels.cuh"
 #include "ops/numerics.h"
 
@@ -24,23 +26,60 @@ __device__ __forceinline__ int group_of(const MatDev& m, int u) {
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
-// The lane layout (WLayout::Lanes; 4-bit, K a multiple of 2048, power-of-two groups of 8 to
-// 256, bf16 scales), per row and per chunk of 256 units (2048 inputs), the chunk's order kept:
+// The lane layout (WLayout::Lanes; 4-bit, K a multiple of 2048 or K = 1024, power-of-two
+// groups of 8 to 256, bf16 scales), per row and per chunk of 256 units (2048 inputs), the
+// chunk's order kept:
 // - unit lane + 32 i (i < 8) at word (i / 4) * 128 + lane * 4 + i % 4: a lane's 8 words of the
 //   chunk are two 16-byte loads, and each load of the warp reads 512 contiguous bytes;
 // - group g of the chunk (gstep = 256 / gs groups between units u and u + 32) at
 //   (g % gstep) * 8 + g / gstep: a lane's 8 scales of the chunk are one 16-byte load.
+// A final half chunk (128 units: K = 1024, the 0.8B's width) has 4 units a lane: its words at
+// lane * 4 + i (the same formula) and its groups at (g % gstep) * 4 + g / gstep, so a lane's
+// 4 words are one 16-byte load and its 4 scales one 8-byte load.
 // The biases keep the row order (the bias terms go over groups lane, lane + 32, ...).
 __host__ __device__ __forceinline__ int lane_word(int u) {
   const int lane = u & 31, i = (u >> 5) & 7;
   return (u & ~255) + (i >> 2) * 128 + lane * 4 + (i & 3);
 }
-__host__ __device__ __forceinline__ int lane_scale(int g, int gs_shift) {
-  const int per_chunk = 2048 >> gs_shift, gstep = 256 >> gs_shift, gl = g & (per_chunk - 1);
-  return (g - gl) + (gl & (gstep - 1)) * 8 + gl / gstep;
+// G: the row's groups (K >> gs_shift), which tells a whole chunk from a final half one.
+__host__ __device__ __forceinline__ int lane_scale(int g, int gs_shift, int G) {
+  const int per_chunk = 2048 >> gs_shift, gstep = 256 >> gs_shift, gl = g & (per_chunk - 1), first = g - gl;
+  const int per_lane = first + per_chunk <= G ? 8 : 4;
+  return first + (gl & (gstep - 1)) * per_lane + gl / gstep;
 }
 __device__ __forceinline__ int word_at(const MatDev& m, int u) { return m.lanes ? lane_word(u) : u; }
-__device__ __forceinline__ int scale_at_group(const MatDev& m, int g) { return m.lanes ? lane_scale(g, m.gs_shift) : g; }
+__device__ __forceinline__ int scale_at_group(const MatDev& m, int g) {
+  return m.lanes ? lane_scale(g, m.gs_shift, m.cols >> m.gs_shift) : g;
+}
+
+// One lane's words and scale words of a chunk in the lane layout (w, s: the chunk's first word
+// and scale): N = 8 units a lane for a whole chunk (two 16-byte loads of words, one of scales),
+// 4 for the half chunk of K = 1024 (one 16-byte load, one 8-byte). Unit i's scale is
+// lane_chunk_scale(sw, i).
+template <int N>
+__device__ __forceinline__ void lane_chunk_words(const uint32_t* w, int lane, uint32_t (&v)[8]) {
+  static_assert(N == 8 || N == 4, "a whole chunk or a half one");
+  const uint4* w4 = reinterpret_cast<const uint4*>(w) + lane;
+  const uint4 a0 = w4[0];
+  v[0] = a0.x, v[1] = a0.y, v[2] = a0.z, v[3] = a0.w;
+  if constexpr (N == 8) {
+    const uint4 a1 = w4[32];
+    v[4] = a1.x, v[5] = a1.y, v[6] = a1.z, v[7] = a1.w;
+  }
+}
+template <int N>
+__device__ __forceinline__ void lane_chunk_scales(const unsigned short* s, int shift, int lane, uint32_t (&sw)[4]) {
+  if constexpr (N == 8) {
+    const uint4 sr = reinterpret_cast<const uint4*>(s)[lane >> (shift - 3)];
+    sw[0] = sr.x, sw[1] = sr.y, sw[2] = sr.z, sw[3] = sr.w;
+  } else {
+    const uint2 sr = reinterpret_cast<const uint2*>(s)[lane >> (shift - 3)];
+    sw[0] = sr.x, sw[1] = sr.y, sw[2] = sw[3] = 0u;
+  }
+}
+__device__ __forceinline__ float lane_chunk_scale(const uint32_t (&sw)[4], int i) {
+  return i & 1 ? bf16_hi(sw[i >> 1]) : bf16_lo(sw[i >> 1]);
+}
 
 // The sum of a unit's 8 inputs, their chain from 0 in order: the first step of a group sum
 // (numerics.h group sums: per unit this chain, per group the chain of its units).
@@ -125,10 +164,11 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
 }
 
 // Two rows against x, everything in shared memory (the resident kernels): bf16 scales, K a
-// multiple of 2048 (whole chunks of 8 units per lane, no bounds checks), power-of-two groups of
-// at most 256 inputs, always two rows (the caller may pass the same row twice). x is in
-// make_unit_q4's split layout (xa, xb: one uint4 each per unit), xg its group sums. Canonical
-// order: lane l chains units l, l+32, ..., then its groups' bias terms, then the butterfly.
+// multiple of 2048 or K = 1024 (whole chunks of 8 units a lane, or the half chunk of 4; no
+// bounds checks), power-of-two groups of at most 256 inputs, always two rows (the caller may
+// pass the same row twice). x is in make_unit_q4's split layout (xa, xb: one uint4 each per
+// unit), xg its group sums. Canonical order: lane l chains units l, l+32, ..., then its groups'
+// bias terms, then the butterfly.
 // GSHIFT: log2(gs) when known at compile time (the scales' offsets are then immediates), else
 // -1 and gs_shift is used. Returns row a's result in lanes 0-15 and row b's in lanes 16-31
 // (warp_butterfly2). LANES: the matrices are in the lane layout (lane_word, lane_scale).
@@ -140,47 +180,47 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   const int shift = GSHIFT >= 0 ? GSHIFT : gs_shift;
   const int gstep = 256 >> shift;  // groups between units u and u + 32 (gs <= 256)
   float acc_a = 0.0f, acc_b = 0.0f;
-  for (int base = 0; base < U; base += 256) {
+  // The chunk at unit `base`: N = 8 units a lane (a whole chunk) or 4 (K = 1024's half chunk).
+  auto chunk = [&](auto n_units, int base) {
+    constexpr int N = decltype(n_units)::value;
     uint32_t va[8], vb[8];
     float fa[8], fb[8];  // the scales of units base + lane + 32 i
     if constexpr (LANES) {
-      // Two 16-byte loads of words and one of scales per row (lane_word, lane_scale).
-      const uint4* wa4 = reinterpret_cast<const uint4*>(wa + base) + lane;
-      const uint4* wb4 = reinterpret_cast<const uint4*>(wb + base) + lane;
-      const uint4 a0 = wa4[0], a1 = wa4[32], b0 = wb4[0], b1 = wb4[32];
-      const uint4 s_off_a = reinterpret_cast<const uint4*>(sa + ((base * 8) >> shift))[lane >> (shift - 3)];
-      const uint4 s_off_b = reinterpret_cast<const uint4*>(sb + ((base * 8) >> shift))[lane >> (shift - 3)];
-      va[0] = a0.x, va[1] = a0.y, va[2] = a0.z, va[3] = a0.w, va[4] = a1.x, va[5] = a1.y, va[6] = a1.z, va[7] = a1.w;
-      vb[0] = b0.x, vb[1] = b0.y, vb[2] = b0.z, vb[3] = b0.w, vb[4] = b1.x, vb[5] = b1.y, vb[6] = b1.z, vb[7] = b1.w;
-      const uint32_t sw_a[4] = {s_off_a.x, s_off_a.y, s_off_a.z, s_off_a.w};
-      const uint32_t sw_b[4] = {s_off_b.x, s_off_b.y, s_off_b.z, s_off_b.w};
+      uint32_t sw_a[4], sw_b[4];
+      lane_chunk_words<N>(wa + base, lane, va);
+      lane_chunk_words<N>(wb + base, lane, vb);
+      lane_chunk_scales<N>(sa + ((base * 8) >> shift), shift, lane, sw_a);
+      lane_chunk_scales<N>(sb + ((base * 8) >> shift), shift, lane, sw_b);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        fa[i] = i & 1 ? bf16_hi(sw_a[i >> 1]) : bf16_lo(sw_a[i >> 1]);
-        fb[i] = i & 1 ? bf16_hi(sw_b[i >> 1]) : bf16_lo(sw_b[i >> 1]);
+      for (int i = 0; i < N; ++i) {
+        fa[i] = lane_chunk_scale(sw_a, i);
+        fb[i] = lane_chunk_scale(sw_b, i);
       }
     } else {
       // Unit base + lane + 32 i is in group g0 + i * gstep: adding 256 i inputs adds whole groups.
       const int g0 = ((base + lane) * 8) >> shift;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < N; ++i) {
         va[i] = wa[base + lane + 32 * i];
         vb[i] = wb[base + lane + 32 * i];
       }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < N; ++i) {
         fa[i] = __uint_as_float(uint32_t(sa[g0 + i * gstep]) << 16);
         fb[i] = __uint_as_float(uint32_t(sb[g0 + i * gstep]) << 16);
       }
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < N; ++i) {
       const int u = base + lane + 32 * i;
       const uint4 x0 = xa[u], x1 = xb[u];
       acc_a = fmaf(fa[i], unit_q4(va[i], x0, x1), acc_a);
       acc_b = fmaf(fb[i], unit_q4(vb[i], x0, x1), acc_b);
     }
-  }
+  };
+  int base = 0;
+  for (; base + 256 <= U; base += 256) chunk(std::integral_constant<int, 8>{}, base);
+  if (base < U) chunk(std::integral_constant<int, 4>{}, base);
   float bias_a = 0.0f, bias_b = 0.0f;
   for (int g = lane; g < G; g += 32) {
     bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
@@ -201,28 +241,25 @@ __device__ __forceinline__ void dot4_lanes(const uint32_t* const (&w)[4], const 
                                            const uint4* xb, const float* xg, int lane, float& r01, float& r23) {
   static_assert(GSHIFT >= 3 && GSHIFT <= 8, "dot4_lanes: groups of 8 to 256 compiled in");
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int base = 0; base < U; base += 256) {
+  auto chunk = [&](auto n_units, int base) {  // as dot2_fast's
+    constexpr int N = decltype(n_units)::value;
     uint32_t v[4][8], sw[4][4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const uint4* w4 = reinterpret_cast<const uint4*>(w[r] + base) + lane;
-      const uint4 a0 = w4[0], a1 = w4[32];
-      const uint4 sr = reinterpret_cast<const uint4*>(sc[r] + ((base * 8) >> GSHIFT))[lane >> (GSHIFT - 3)];
-      v[r][0] = a0.x, v[r][1] = a0.y, v[r][2] = a0.z, v[r][3] = a0.w;
-      v[r][4] = a1.x, v[r][5] = a1.y, v[r][6] = a1.z, v[r][7] = a1.w;
-      sw[r][0] = sr.x, sw[r][1] = sr.y, sw[r][2] = sr.z, sw[r][3] = sr.w;
+      lane_chunk_words<N>(w[r] + base, lane, v[r]);
+      lane_chunk_scales<N>(sc[r] + ((base * 8) >> GSHIFT), GSHIFT, lane, sw[r]);
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < N; ++i) {
       const int u = base + lane + 32 * i;
       const uint4 x0 = xa[u], x1 = xb[u];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float f = i & 1 ? bf16_hi(sw[r][i >> 1]) : bf16_lo(sw[r][i >> 1]);
-        acc[r] = fmaf(f, unit_q4(v[r][i], x0, x1), acc[r]);
-      }
+      for (int r = 0; r < 4; ++r) acc[r] = fmaf(lane_chunk_scale(sw[r], i), unit_q4(v[r][i], x0, x1), acc[r]);
     }
-  }
+  };
+  int base = 0;
+  for (; base + 256 <= U; base += 256) chunk(std::integral_constant<int, 8>{}, base);
+  if (base < U) chunk(std::integral_constant<int, 4>{}, base);
   float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int g = lane; g < G; g += 32) {
     const float xgv = xg[g];
