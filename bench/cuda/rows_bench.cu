@@ -101,7 +101,7 @@ template <int PROBE>
 __device__ __forceinline__ void partials(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
                                          const uint4* xa, const uint4* xb, const float* xg, int lane, float& pa,
-                                         float& pb, const XRegs* xr = nullptr) {
+                                         float& pb, const XRegs<>* xr = nullptr) {
   const uint4* wa4 = reinterpret_cast<const uint4*>(wa) + lane;
   const uint4* wb4 = reinterpret_cast<const uint4*>(wb) + lane;
   const uint4 a0 = wa4[0], a1 = wa4[32], b0 = wb4[0], b1 = wb4[32];
@@ -341,7 +341,7 @@ __device__ __forceinline__ void rows(const Smem& s, int items, float* ys, int la
     }
     flush();
   } else if constexpr (V == 0 || V == 3 || V == 4 || V == 6 || V == 5 || V == 7 || V == 13 || V == 14) {
-    XRegs xr;
+    XRegs<> xr;
     if constexpr (V == 5) load_xregs(xr, s.xa, s.xb, s.xg, kG, lane);
     for (int j = warp; j < items; j += kWarps) {
       float gv;

@@ -1,8 +1,8 @@
 // The output head (and any very tall 4-bit product with K <= 2048): hundreds of thousands of
 // rows against one x. Each lane keeps its x units in registers for the whole launch (lane l owns
 // units l, l+32, ... of every row: the unit's integers, two words of q4.cuh make_unit_q4). Two
-// kernels: for one token with K = 2048, head_pipe_kernel streams each SM's rows through a ring
-// of shared-memory stages (the default); otherwise head_kernel keeps the warp's next row in
+// kernels: for one token with K = 2048 or 1024, head_pipe_kernel streams each SM's rows through
+// a ring of shared-memory stages (the default); otherwise head_kernel keeps the warp's next row in
 // registers while it computes the current one. Both start loading weights before the
 // programmatic-launch wait. Same canonical order as ops/numerics.h affine_dot (and the other
 // mat-vec kernels): acc = chain over the lane's units of fmaf(scale, unit dot, acc), bias =
@@ -119,18 +119,19 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
 // depend on registers (the register kernel above keeps only one row per warp in flight: about
 // 18 KB per SM, short of what the memory's latency needs). x's units and group sums are made in
 // shared memory as in the resident kernel, then each lane holds its own in registers (dot2_reg);
-// each warp computes two rows of a stage.
+// each warp computes two rows of a stage. NU: units a lane (K = 256 NU: 8 for K = 2048, 4 for 1024).
 constexpr int kPipeWarps = 16, kPipeRows = 2 * kPipeWarps;
 
 //
 // TMA: thread 0 hands each tile to the copy engine as three bulk copies (rows, scales, biases
 // are contiguous), counted by the stage's mbarrier, instead of every thread issuing 16-byte
 // cp.async (the issue loop is about a sixth of the kernel's instructions).
-template <int STAGES, bool TMA>
+template <int STAGES, bool TMA, int NU>
 __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const MatDev& m = a.m[0];
-  const int K = a.K, U = K / 8, G = K / m.gs, gs_shift = m.gs_shift;
+  constexpr int K = NU * 256, U = K / 8;
+  const int G = K / m.gs, gs_shift = m.gs_shift;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t wrow = uint32_t(K / 2), srow = uint32_t(G * 2);
   const uint32_t stage_bytes = kPipeRows * (wrow + 2 * srow);
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
     xg[g] = s;
   }
   __syncthreads();
-  XRegs xr;  // this lane's units of x (K = 2048)
+  XRegs<NU> xr;  // this lane's units of x
   load_xregs(xr, xa, xb, xg, G, lane);
 
   for (int t = 0; t < tiles; ++t) {
@@ -279,31 +280,37 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(m.w) % 4 ||
       reinterpret_cast<uintptr_t>(m.s) % 2 || reinterpret_cast<uintptr_t>(m.b) % 2)
     return false;
-  // The pipelined kernel: one token, K = 2048 (x in registers), 16-byte aligned rows and groups.
+  // The pipelined kernel: one token, K = 2048 or 1024 (x in registers), 16-byte aligned rows and groups.
   static const char* pipe_env = std::getenv("DELTAQ_HEAD_PIPE");
   static const int stages = pipe_env ? std::atoi(pipe_env) : 5;
   const int G = a.K / m.gs;
-  if (stages >= 3 && stages <= 6 && a.T == 1 && a.K == 2048 && G % 8 == 0 && G <= 64 && m.gs_shift >= 0 &&
+  if (stages >= 3 && stages <= 6 && a.T == 1 && (a.K == 2048 || a.K == 1024) && G % 8 == 0 && G <= 64 && m.gs_shift >= 0 &&
       reinterpret_cast<uintptr_t>(m.w) % 16 == 0 && reinterpret_cast<uintptr_t>(m.s) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(m.b) % 16 == 0) {
     const size_t stage_bytes = size_t(kPipeRows) * (a.K / 2 + 4 * G);
     const size_t smem = size_t(a.K / 8) * 32 + size_t(G) * 4 + size_t(a.K) * 4 + stages * stage_bytes;
     if (smem <= 225 * 1024) {
       using Kernel = void (*)(ProjectArgs);
-      static const Kernel table[4][2] = {{head_pipe_kernel<3, false>, head_pipe_kernel<3, true>},
-                                         {head_pipe_kernel<4, false>, head_pipe_kernel<4, true>},
-                                         {head_pipe_kernel<5, false>, head_pipe_kernel<5, true>},
-                                         {head_pipe_kernel<6, false>, head_pipe_kernel<6, true>}};
+      static const Kernel table[2][4][2] = {{{head_pipe_kernel<3, false, 8>, head_pipe_kernel<3, true, 8>},
+                                             {head_pipe_kernel<4, false, 8>, head_pipe_kernel<4, true, 8>},
+                                             {head_pipe_kernel<5, false, 8>, head_pipe_kernel<5, true, 8>},
+                                             {head_pipe_kernel<6, false, 8>, head_pipe_kernel<6, true, 8>}},
+                                            {{head_pipe_kernel<3, false, 4>, head_pipe_kernel<3, true, 4>},
+                                             {head_pipe_kernel<4, false, 4>, head_pipe_kernel<4, true, 4>},
+                                             {head_pipe_kernel<5, false, 4>, head_pipe_kernel<5, true, 4>},
+                                             {head_pipe_kernel<6, false, 4>, head_pipe_kernel<6, true, 4>}}};
       static bool attr_set = false;
       if (!attr_set) {
-        for (auto& row : table)
-          for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+        for (auto& width : table)
+          for (auto& row : width)
+            for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
         attr_set = true;
       }
       // The stages filled by the copy engine (bulk copies; DELTAQ_HEAD_TMA=0: cp.async by every
       // thread): 962.3 vs 953.3 tok/s on the H200, alternating.
       static const bool tma = !(std::getenv("DELTAQ_HEAD_TMA") && std::getenv("DELTAQ_HEAD_TMA")[0] == '0');
-      launch_kernel(table[stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows), kPipeWarps * 32, smem, s, a);
+      launch_kernel(table[a.K == 2048 ? 0 : 1][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows), kPipeWarps * 32, smem,
+                    s, a);
       return true;
     }
   }

@@ -270,21 +270,23 @@ __device__ __forceinline__ void dot4_lanes(const uint32_t* const (&w)[4], const 
   r23 = warp_butterfly2(acc[2] + bias[2], acc[3] + bias[3], lane);
 }
 
-// x of one lane in registers, for K = 2048 (units lane + 32 i, i < 8) and up to 64 groups: the
-// rows then read only their weights and scales from shared memory (4 + 2 bytes per unit and row
-// instead of 32 + 6 with x there too). Used by the pipelined head (83.6 us in the 2B step's
-// timeline); in the resident kernels it measured slower (878 vs 921 tok/s: few rows per warp
-// there, and the loads come first on the critical path).
+// x of one lane in registers, for K = 256 NU (NU = 8: K = 2048, units lane + 32 i, i < NU) and
+// up to 64 groups: the rows then read only their weights and scales from shared memory (4 + 2
+// bytes per unit and row instead of 32 + 6 with x there too). Used by the pipelined head (83.6 us
+// in the 2B step's timeline; NU = 4 for the 0.8B's K = 1024); in the resident kernels it measured
+// slower (878 vs 921 tok/s: few rows per warp there, and the loads come first on the critical path).
+template <int NU = 8>
 struct XRegs {
-  uint4 a[8];
-  uint32_t b0[8], b1[8], step[8];
+  uint4 a[NU];
+  uint32_t b0[NU], b1[NU], step[NU];
   float g[2];
 };
 
-__device__ __forceinline__ void load_xregs(XRegs& r, const uint4* xa, const uint4* xb, const float* xg, int G,
+template <int NU>
+__device__ __forceinline__ void load_xregs(XRegs<NU>& r, const uint4* xa, const uint4* xb, const float* xg, int G,
                                            int lane) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < NU; ++i) {
     r.a[i] = xa[lane + 32 * i];
     const uint4 b = xb[lane + 32 * i];
     r.b0[i] = b.x;
@@ -295,19 +297,21 @@ __device__ __forceinline__ void load_xregs(XRegs& r, const uint4* xa, const uint
   for (int i = 0; i < 2; ++i) r.g[i] = lane + 32 * i < G ? xg[lane + 32 * i] : 0.0f;
 }
 
-// dot2_fast with x in registers (K = 2048, G <= 64): the same chains in the same order.
+// dot2_fast with x in registers (K = 256 NU, G <= 64): the same chains in the same order.
+template <int NU>
 __device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
                                          const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                         int G, int gs_shift, const XRegs& x, int lane, float& out_a, float& out_b) {
-  uint32_t va[8], vb[8];
+                                         int G, int gs_shift, const XRegs<NU>& x, int lane, float& out_a,
+                                         float& out_b) {
+  uint32_t va[NU], vb[NU];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < NU; ++i) {
     va[i] = wa[lane + 32 * i];
     vb[i] = wb[lane + 32 * i];
   }
   float acc_a = 0.0f, acc_b = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < NU; ++i) {
     const int g = ((lane + 32 * i) * 8) >> gs_shift;
     const uint4 xb = make_uint4(x.b0[i], x.b1[i], x.step[i], 0u);
     acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x.a[i], xb), acc_a);
