@@ -340,6 +340,16 @@ inline void swiglu_product_cases(std::vector<Target>& targets) {
         return Op(op::ProjectAdd{g.map(x), g.map_product(r), o[0], T});
       }, "residual product" + n);
     }
+  // Widths with a last part of 1-7 units a lane in the row layout (CUDA: the resident kernel's
+  // fast path where its rows leave room beside it; the 0.8B's down is K = 3584).
+  for (int K : {3584, 1792, 2304})
+    for (int T : {1, 2}) {
+      Matrix r = rig.matrix(WFormat::Affine, 1030, K, 4, K == 2304 ? 128 : 64);
+      Ref x = rig.inputs(size_t(T) * K);
+      check(rig, targets, {rig.inputs(size_t(T) * 1030)}, [&](Target& g, const std::vector<Ref>& o) {
+        return Op(op::ProjectAdd{g.map(x), g.map_product(r), o[0], T});
+      }, "residual product K=" + std::to_string(K) + " T=" + std::to_string(T));
+    }
   // Many rows a warp: with K = 256 a block of the CUDA resident kernel holds ~300 gate/up rows
   // (40000 over 132 SMs), ~38 a warp, so its SwiGLU epilogue (made after the dots, 32 rows a
   // lane window) flushes a full window and then a partial one.

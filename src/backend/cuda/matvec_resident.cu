@@ -467,8 +467,14 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   const size_t x_bytes = size_t(a.K) * 4 + 2 * size_t(a.K / 8) * 4 + (a.norm ? size_t(a.K) * 4 : 0);
   const size_t smem = x_bytes + 16 + size_t(per_block) * row_bytes * (swiglu ? 2 : 1) + size_t(segs) * 2 * 16;
   if (smem > size_t(budget_kb) * 1024 || smem > 225 * 1024) return false;
-  // (K = 1024: the 0.8B's width, one half chunk: q4.cuh dot2_fast.)
-  const bool fast = m0.sdt == SDt::BF16 && lane_width(a.K) && m0.gs_shift >= 0 && m0.gs_shift <= 8;
+  // The fast path: the lane layout's widths (K = 1024: the 0.8B's, one half chunk), and in the row
+  // layout any K a multiple of 256 (q4.cuh dot2_fast: a last part of 1-7 units a lane) where the
+  // block's shared memory leaves room for the next kernel's block beside it (the 0.8B's down, K =
+  // 3584: else the pipelined product). DELTAQ_MV_RES_TAIL_KB sets that room (0: no such K).
+  static const int tail_kb = env_int("DELTAQ_MV_RES_TAIL_KB", 112);
+  const bool width_ok = m0.lanes ? lane_width(a.K)
+                                 : a.K % 2048 == 0 || a.K == 1024 || (a.K % 256 == 0 && smem <= size_t(tail_kb) * 1024);
+  const bool fast = m0.sdt == SDt::BF16 && width_ok && m0.gs_shift >= 0 && m0.gs_shift <= 8;
   if (fast_only && !fast) return false;
   if (m0.lanes && !fast) return false;  // (product_matrix makes only fast-path matrices lanes)
   // Variants (warps per block, blocks per SM the registers are capped for); results never

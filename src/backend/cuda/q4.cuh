@@ -164,8 +164,8 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
 }
 
 // Two rows against x, everything in shared memory (the resident kernels): bf16 scales, K a
-// multiple of 2048 or K = 1024 (whole chunks of 8 units a lane, or the half chunk of 4; no
-// bounds checks), power-of-two groups of at most 256 inputs, always two rows (the caller may
+// multiple of 2048 or K = 1024 in the lane layout (whole chunks of 8 units a lane, or the half
+// chunk of 4), K a multiple of 256 in the row layout (a last part of 1-7 units a lane), power-of-two groups of at most 256 inputs, always two rows (the caller may
 // pass the same row twice). x is in make_unit_q4's split layout (xa, xb: one uint4 each per
 // unit), xg its group sums. Canonical order: lane l chains units l, l+32, ..., then its groups'
 // bias terms, then the butterfly.
@@ -220,7 +220,21 @@ __device__ __forceinline__ float dot2_fast(const uint32_t* wa, const unsigned sh
   };
   int base = 0;
   for (; base + 256 <= U; base += 256) chunk(std::integral_constant<int, 8>{}, base);
-  if (base < U) chunk(std::integral_constant<int, 4>{}, base);
+  if (base < U) {
+    if constexpr (LANES) {
+      chunk(std::integral_constant<int, 4>{}, base);
+    } else {  // a last part of nt = 1..7 units a lane (U a multiple of 32: e.g. the 0.8B's down, K = 3584)
+      const int nt = (U - base) >> 5, g0 = ((base + lane) * 8) >> shift;
+#pragma unroll
+      for (int i = 0; i < 7; ++i)
+        if (i < nt) {
+          const int u = base + lane + 32 * i;
+          const uint4 x0 = xa[u], x1 = xb[u];
+          acc_a = fmaf(__uint_as_float(uint32_t(sa[g0 + i * gstep]) << 16), unit_q4(wa[u], x0, x1), acc_a);
+          acc_b = fmaf(__uint_as_float(uint32_t(sb[g0 + i * gstep]) << 16), unit_q4(wb[u], x0, x1), acc_b);
+        }
+    }
+  }
   float bias_a = 0.0f, bias_b = 0.0f;
   for (int g = lane; g < G; g += 32) {
     bias_a = fmaf(__uint_as_float(uint32_t(ba[g]) << 16), xg[g], bias_a);
