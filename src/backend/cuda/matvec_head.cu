@@ -1,13 +1,13 @@
-// The output head (and any very tall 4-bit product with K <= 2048): hundreds of thousands of
-// rows against one x. Each lane keeps its x units in registers for the whole launch (lane l owns
-// units l, l+32, ... of every row: the unit's integers, two words of q4.cuh make_unit_q4). Two
-// kernels: for one token with K = 2048 or 1024, head_pipe_kernel streams each SM's rows through
-// a ring of shared-memory stages (the default); otherwise head_kernel keeps the warp's next row in
-// registers while it computes the current one. Both start loading weights before the
-// programmatic-launch wait. Same canonical order as ops/numerics.h affine_dot (and the other
-// mat-vec kernels): acc = chain over the lane's units of fmaf(scale, unit dot, acc), bias =
-// chain over the lane's groups of fmaf(bias, group sum, bias), y = butterfly(acc + bias).
-// Bit-identical to the CPU.
+// The output head (and any very tall 4-bit product with K <= 2048 or K = 2560): hundreds of
+// thousands of rows against one x. Each lane keeps its x units in registers for the whole launch
+// (lane l owns units l, l+32, ... of every row: the unit's integers, two words of q4.cuh
+// make_unit_q4). Two kernels: for one token with K = 2048, 1024 or 2560, head_pipe_kernel
+// streams each SM's rows through a ring of shared-memory stages (the default); otherwise
+// head_kernel keeps the warp's next row in registers while it computes the current one. Both
+// start loading weights before the programmatic-launch wait. Same canonical order as
+// ops/numerics.h affine_dot (and the other mat-vec kernels): acc = chain over the lane's units of
+// fmaf(scale, unit dot, acc), bias = chain over the lane's groups of fmaf(bias, group sum, bias),
+// y = butterfly(acc + bias). Bit-identical to the CPU.
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
 // depend on registers (the register kernel above keeps only one row per warp in flight: about
 // 18 KB per SM, short of what the memory's latency needs). x's units and group sums are made in
 // shared memory as in the resident kernel, then each lane holds its own in registers (dot2_reg);
-// each warp computes two rows of a stage. NU: units a lane (K = 256 NU: 8 for K = 2048, 4 for 1024).
+// each warp computes two rows of a stage. NU: units a lane (K = 256 NU: 8 for K = 2048, 4 for
+// 1024, 10 for 2560; U <= the block's 512 threads, one unit each).
 constexpr int kPipeWarps = 16, kPipeRows = 2 * kPipeWarps;
 
 //
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
   // The weights do not depend on earlier kernels: the first stages stream before the wait.
   for (int t = 0; t < STAGES - 1; ++t) issue(t);
   float4 nw0 = make_float4(1, 1, 1, 1), nw1 = nw0;
-  const bool own = threadIdx.x < U;  // U <= 256 < the block's threads: one unit per thread
+  const bool own = threadIdx.x < U;  // U <= 320 < the block's threads: one unit per thread
   if (a.norm && own) {
     nw0 = reinterpret_cast<const float4*>(a.norm)[2 * threadIdx.x];
     nw1 = reinterpret_cast<const float4*>(a.norm)[2 * threadIdx.x + 1];
@@ -273,44 +274,53 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const MatDev& m = a.m[0];
   if (m.fmt != WFmt::Affine || m.bits != 4 || m.sdt != SDt::BF16 || m.gs_shift < 3 || m.cols != a.K) return false;
   if (m.lanes) return false;  // (the head keeps the checkpoint's layout)
-  if (a.K % 256 != 0 || a.K > 2048 || a.K % m.gs != 0) return false;
+  if (a.K % 256 != 0 || (a.K > 2048 && a.K != 2560) || a.K % m.gs != 0) return false;
   // Tall products only: below this the resident or streaming kernels keep more rows per SM busy.
   static const int min_rows = env_int("DELTAQ_MV_HEAD_MIN_ROWS", 32768);
   if (m.rows < min_rows) return false;
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(m.w) % 4 ||
       reinterpret_cast<uintptr_t>(m.s) % 2 || reinterpret_cast<uintptr_t>(m.b) % 2)
     return false;
-  // The pipelined kernel: one token, K = 2048 or 1024 (x in registers), 16-byte aligned rows and groups.
+  // The pipelined kernel: one token, K = 2048, 1024 or 2560 (the 2B's, 0.8B's and 4B's heads; x
+  // in registers), 16-byte aligned rows and groups; as many of the stages asked for as fit.
   static const char* pipe_env = std::getenv("DELTAQ_HEAD_PIPE");
-  static const int stages = pipe_env ? std::atoi(pipe_env) : 5;
+  static const int stages_asked = pipe_env ? std::atoi(pipe_env) : 5;
   const int G = a.K / m.gs;
-  if (stages >= 3 && stages <= 6 && a.T == 1 && (a.K == 2048 || a.K == 1024) && G % 8 == 0 && G <= 64 && m.gs_shift >= 0 &&
-      reinterpret_cast<uintptr_t>(m.w) % 16 == 0 && reinterpret_cast<uintptr_t>(m.s) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(m.b) % 16 == 0) {
-    const size_t stage_bytes = size_t(kPipeRows) * (a.K / 2 + 4 * G);
-    const size_t smem = size_t(a.K / 8) * 32 + size_t(G) * 4 + size_t(a.K) * 4 + stages * stage_bytes;
+  const size_t stage_bytes = size_t(kPipeRows) * (a.K / 2 + 4 * G);
+  auto smem_of = [&](int st) { return size_t(a.K / 8) * 32 + size_t(G) * 4 + size_t(a.K) * 4 + st * stage_bytes; };
+  int stages = stages_asked;
+  while (stages > 3 && smem_of(stages) > 225 * 1024) --stages;
+  if (stages >= 3 && stages <= 6 && a.T == 1 && (a.K == 2048 || a.K == 1024 || (a.K == 2560 && stages <= 4)) &&
+      G % 8 == 0 && G <= 64 && m.gs_shift >= 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(m.s) % 16 == 0 && reinterpret_cast<uintptr_t>(m.b) % 16 == 0) {
+    const size_t smem = smem_of(stages);
     if (smem <= 225 * 1024) {
       using Kernel = void (*)(ProjectArgs);
-      static const Kernel table[2][4][2] = {{{head_pipe_kernel<3, false, 8>, head_pipe_kernel<3, true, 8>},
+      static const Kernel table[3][4][2] = {{{head_pipe_kernel<3, false, 8>, head_pipe_kernel<3, true, 8>},
                                              {head_pipe_kernel<4, false, 8>, head_pipe_kernel<4, true, 8>},
                                              {head_pipe_kernel<5, false, 8>, head_pipe_kernel<5, true, 8>},
                                              {head_pipe_kernel<6, false, 8>, head_pipe_kernel<6, true, 8>}},
                                             {{head_pipe_kernel<3, false, 4>, head_pipe_kernel<3, true, 4>},
                                              {head_pipe_kernel<4, false, 4>, head_pipe_kernel<4, true, 4>},
                                              {head_pipe_kernel<5, false, 4>, head_pipe_kernel<5, true, 4>},
-                                             {head_pipe_kernel<6, false, 4>, head_pipe_kernel<6, true, 4>}}};
+                                             {head_pipe_kernel<6, false, 4>, head_pipe_kernel<6, true, 4>}},
+                                            {{head_pipe_kernel<3, false, 10>, head_pipe_kernel<3, true, 10>},
+                                             {head_pipe_kernel<4, false, 10>, head_pipe_kernel<4, true, 10>},
+                                             {nullptr, nullptr},  // (K = 2560: 5 or 6 stages do not fit)
+                                             {nullptr, nullptr}}};
       static bool attr_set = false;
       if (!attr_set) {
         for (auto& width : table)
           for (auto& row : width)
-            for (Kernel k : row) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
+            for (Kernel k : row)
+              if (k) DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
         attr_set = true;
       }
       // The stages filled by the copy engine (bulk copies; DELTAQ_HEAD_TMA=0: cp.async by every
       // thread): 962.3 vs 953.3 tok/s on the H200, alternating.
       static const bool tma = !(std::getenv("DELTAQ_HEAD_TMA") && std::getenv("DELTAQ_HEAD_TMA")[0] == '0');
-      launch_kernel(table[a.K == 2048 ? 0 : 1][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows), kPipeWarps * 32, smem,
-                    s, a);
+      launch_kernel(table[a.K == 2048 ? 0 : a.K == 1024 ? 1 : 2][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows),
+                    kPipeWarps * 32, smem, s, a);
       return true;
     }
   }
