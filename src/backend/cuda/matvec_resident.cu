@@ -107,7 +107,7 @@ __host__ __device__ __forceinline__ int first_item(int b, int blocks, int items,
 // chunk and bias loops are straight code: gate/up's rows alone took 8040 against 6771 cycles
 // a block (deltaq-bench-rows, variants 7 and 0).
 template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false, int KC = 0>
-__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail, int halves) {
+__global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kMax = ProjectArgs::kMax;
   const int K = KC > 0 ? KC : a.K, U = K / 8, G = GSHIFT >= 0 ? K >> GSHIFT : K / gs;
@@ -171,24 +171,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs 
   DQ_SM(sm_tag + 1);
   if (trigger == 0) pdl_trigger();
   // Nothing here depends on earlier kernels: the weight copies start, and the RMSNorm weight
-  // of this thread's unit comes into registers, before the wait. gate/up (halves = 2, a lab
-  // knob): the first half of each of its arrays, then the second halves, a commit group each.
-  for (int h = 0; h < halves; ++h) {
-    auto part = [&](void* dst, const void* src, uint32_t bytes) {
-      const uint32_t mid = ((bytes >> 4) >> 1) << 4, lo = h ? mid : 0, hi = halves == 2 && h == 0 ? mid : bytes;
-      stage_copy(static_cast<unsigned char*>(dst) + lo, static_cast<const unsigned char*>(src) + lo, hi - lo);
-    };
+  // of this thread's unit comes into registers, before the wait.
 #pragma unroll
-    for (int i = 0; i < kMax; ++i)
-      if (i < nseg && seg[i].n > 0 && !(skip & 1)) {
-        const MatDev& m = a.m[seg[i].m];
-        const size_t r0 = size_t(seg[i].r0);
-        part(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow);
-        part(smem + seg[i].s, static_cast<const unsigned char*>(m.s) + r0 * srow, seg[i].n * srow);
-        part(smem + seg[i].b, static_cast<const unsigned char*>(m.b) + r0 * srow, seg[i].n * srow);
-      }
-    if (halves == 2) async_commit();
-  }
+  for (int i = 0; i < kMax; ++i)
+    if (i < nseg && seg[i].n > 0 && !(skip & 1)) {
+      const MatDev& m = a.m[seg[i].m];
+      const size_t r0 = size_t(seg[i].r0);
+      stage_copy(smem + seg[i].w, static_cast<const unsigned char*>(m.w) + r0 * wrow, seg[i].n * wrow);
+      stage_copy(smem + seg[i].s, static_cast<const unsigned char*>(m.s) + r0 * srow, seg[i].n * srow);
+      stage_copy(smem + seg[i].b, static_cast<const unsigned char*>(m.b) + r0 * srow, seg[i].n * srow);
+    }
   const int u_own = threadIdx.x;  // the unit this thread stages (when U <= threads)
   const bool own = U <= int(blockDim.x);
   float4 nw0 = make_float4(0, 0, 0, 0), nw1 = nw0;
@@ -488,7 +480,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // Variants (warps per block, blocks per SM the registers are capped for); results never
   // depend on them. DELTAQ_MV_RES_VARIANT picks one (the kernel lab), default measured best.
   static const int variant = env_int("DELTAQ_MV_RES_VARIANT", 3);
-  using Kernel = void (*)(ProjectArgs, int, int, int, int, int, int);
+  using Kernel = void (*)(ProjectArgs, int, int, int, int, int);
   static const Kernel table[4][2] = {{resident_kernel<16, 2, false>, resident_kernel<16, 2, true>},
                                      {resident_kernel<12, 2, false>, resident_kernel<12, 2, true>},
                                      {resident_kernel<16, 1, false>, resident_kernel<16, 1, true>},
@@ -551,10 +543,7 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
   // against 1155 tok/s at the start, 1156 once x has arrived). DELTAQ_MV_TRIGGER_STORE overrides.
   static const int trig_store = env_int("DELTAQ_MV_TRIGGER_STORE", 1);
   const int trig = swiglu ? trig_swiglu : a.K > 2048 ? trig_wide : a.epi == Epilogue::Store ? trig_store : trig_other;
-  // DELTAQ_MV_HALVES=1 (the kernel lab; results never depend on it): gate/up's weight copies as
-  // two halves of each array, each its own commit group (see the kernel).
-  static const bool halves = env_int("DELTAQ_MV_HALVES", 0) == 1;
-  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, trig % 4, tail, swiglu && halves ? 2 : 1);
+  launch_kernel(k, blocks, warps[v] * 32, smem, s, a, gs, items, skip, trig % 4, tail);
   return true;
 }
 
