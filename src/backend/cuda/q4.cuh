@@ -165,10 +165,11 @@ __device__ __forceinline__ float warp_sum_squares(const float* x, int n, int lan
 
 // Two rows against x, everything in shared memory (the resident kernels): bf16 scales, K a
 // multiple of 2048 or K = 1024 in the lane layout (whole chunks of 8 units a lane, or the half
-// chunk of 4), K a multiple of 256 in the row layout (a last part of 1-7 units a lane), power-of-two groups of at most 256 inputs, always two rows (the caller may
-// pass the same row twice). x is in make_unit_q4's split layout (xa, xb: one uint4 each per
-// unit), xg its group sums. Canonical order: lane l chains units l, l+32, ..., then its groups'
-// bias terms, then the butterfly.
+// chunk of 4), K a multiple of 256 in the row layout (a last part of 1-7 units a lane),
+// power-of-two groups of at most 256 inputs, always two rows (the caller may pass the same row
+// twice). x is in make_unit_q4's split layout (xa, xb: one uint4 each per unit), xg its group
+// sums. Canonical order: lane l chains units l, l+32, ..., then its groups' bias terms, then the
+// butterfly.
 // GSHIFT: log2(gs) when known at compile time (the scales' offsets are then immediates), else
 // -1 and gs_shift is used. Returns row a's result in lanes 0-15 and row b's in lanes 16-31
 // (warp_butterfly2). LANES: the matrices are in the lane layout (lane_word, lane_scale).
