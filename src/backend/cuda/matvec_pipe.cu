@@ -87,7 +87,10 @@ __device__ __forceinline__ void chunk_pair(const uint32_t* wa, const unsigned sh
 // of 8 gs, of 2048 in the lane layout), computed in pieces of up to 2048 (chunk_pair).
 // skip_rows: the kernel lab only (DELTAQ_MV_PIPE_SKIP=1: no row arithmetic, wrong results; the
 // copies alone stream the 9B's gate/up at 86% of the bandwidth, against 61% with the rows).
-template <int STAGES, bool LANES>
+// NU > 0: a stage holds whole rows of K = 256 NU inputs (row layout, G <= 64), and each lane
+// keeps its x units in registers (q4.cuh XRegs, dot2_reg, as the pipelined head does): the rows
+// then read only their weights and scales from shared memory.
+template <int STAGES, bool LANES, int NU = 0>
 __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span, int skip_rows) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_r;
@@ -242,6 +245,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   for (int u = threadIdx.x + kHeld * blockDim.x; u < U; u += blockDim.x)
     finish_unit(u, a.norm ? raw4[2 * u] : x4[2 * u], a.norm ? raw4[2 * u + 1] : x4[2 * u + 1]);
   // (the first wait's barrier below makes x visible to every warp)
+  XRegs<(NU > 0 ? NU : 1)> xr;
+  if constexpr (NU > 0) {
+    __syncthreads();
+    load_xregs(xr, xa, xb, xg, G, lane);
+  }
 
   using S = const unsigned short*;
   for (int t = 0; t < tiles; ++t) {
@@ -258,7 +266,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
       async_wait_group<STAGES - 2>();  // this thread's copies of stage s have landed
       __syncthreads();                 // everyone's have, and stage s - 1's slot is free again
       issue(s + STAGES - 1);
-      if (mine && !skip_rows) {
+      if constexpr (NU > 0) {  // whole rows (chunks == 1), x in registers
+        if (mine && !skip_rows) {
+          const unsigned char* st = stages + (s % STAGES) * stage_bytes;
+          const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
+          S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
+          dot2_reg<NU>(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, shift, xr, lane,
+                       acc_a, acc_b);
+        }
+      } else if (mine && !skip_rows) {
         const unsigned char* st = stages + (s % STAGES) * stage_bytes;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
         S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
@@ -272,7 +288,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
       }
     }
     if (mine) {
-      const float v = warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);  // a: lanes 0-15, b: 16-31
+      // a in lanes 0-15, b in 16-31 (NU > 0: dot2_reg's sums are in every lane)
+      const float v = NU > 0 ? (lane & 16 ? acc_b : acc_a) : warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
       if (swiglu) {
         const float gv = __shfl_sync(0xffffffffu, v, 0), uv = __shfl_sync(0xffffffffu, v, 16);
         if (lane == 0) a.m[0].y[r0 + ja] = num::silu(gv) * uv;
@@ -286,13 +303,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
 }
 
 template <int STAGES>
-void launch_stages(bool lanes, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items, int span) {
+void launch_stages(bool lanes, bool xregs, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items,
+                   int span) {
   using Kernel = void (*)(ProjectArgs, int, int, int);
   static const int skip_rows = env_int("DELTAQ_MV_PIPE_SKIP", 0);
-  const Kernel k = lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
+  const Kernel k = xregs ? pipe_kernel<STAGES, false, 10> : lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
   static bool attr_set = false;
   if (!attr_set) {
-    for (Kernel kk : {pipe_kernel<STAGES, true>, pipe_kernel<STAGES, false>})
+    for (Kernel kk : {pipe_kernel<STAGES, true>, pipe_kernel<STAGES, false>, pipe_kernel<STAGES, false, 10>})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
@@ -354,9 +372,13 @@ bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   while (stages > 3 && x_bytes + stages * stage_bytes > 225 * 1024) --stages;
   const int blocks = std::min(num_sms, items);
   const size_t smem = x_bytes + stages * stage_bytes;
-  if (stages == 5) launch_stages<5>(m0.lanes, blocks, smem, s, a, items, span);
-  else if (stages == 4) launch_stages<4>(m0.lanes, blocks, smem, s, a, items, span);
-  else launch_stages<3>(m0.lanes, blocks, smem, s, a, items, span);
+  // Whole rows of the 4B's width (K = 2560, 10 units a lane) with x in registers
+  // (DELTAQ_MV_PIPE_XREGS=0: from shared memory, chunk_pair; results never depend on it).
+  static const bool xregs_on = env_int("DELTAQ_MV_PIPE_XREGS", 1) != 0;
+  const bool xregs = xregs_on && !m0.lanes && span == K && K == 2560 && G <= 64;
+  if (stages == 5) launch_stages<5>(m0.lanes, xregs, blocks, smem, s, a, items, span);
+  else if (stages == 4) launch_stages<4>(m0.lanes, xregs, blocks, smem, s, a, items, span);
+  else launch_stages<3>(m0.lanes, xregs, blocks, smem, s, a, items, span);
   return true;
 }
 
