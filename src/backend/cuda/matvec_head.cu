@@ -134,26 +134,6 @@ constexpr int kSplitRows = 16;  // rows a tile when NU = 16: 2 a warp of each gr
 template <int NU>
 constexpr int head_tile_rows() { return NU > 10 ? kSplitRows : kPipeRows; }
 
-// Carries two rows' acc chains over NU units of x in registers, the lane's units u0 + lane + 32 i.
-template <int NU>
-__device__ __forceinline__ void chain2_reg(const uint32_t* wa, const unsigned short* sa, const uint32_t* wb,
-                                           const unsigned short* sb, int u0, int gs_shift, const XRegs<NU>& x,
-                                           int lane, float& acc_a, float& acc_b) {
-  uint32_t va[NU], vb[NU];
-#pragma unroll
-  for (int i = 0; i < NU; ++i) {
-    va[i] = wa[u0 + lane + 32 * i];
-    vb[i] = wb[u0 + lane + 32 * i];
-  }
-#pragma unroll
-  for (int i = 0; i < NU; ++i) {
-    const int g = ((u0 + lane + 32 * i) * 8) >> gs_shift;
-    const uint4 xb = make_uint4(x.b0[i], x.b1[i], x.step[i], 0u);
-    acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x.a[i], xb), acc_a);
-    acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x.a[i], xb), acc_b);
-  }
-}
-
 //
 // TMA: thread 0 hands each tile to the copy engine as three bulk copies (rows, scales, biases
 // are contiguous), counted by the stage's mbarrier, instead of every thread issuing 16-byte
@@ -291,14 +271,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
         float acc_a = ch[ja * 32 + lane], acc_b = ch[jb * 32 + lane];
         chain2_reg(w + ja * U, sc + ja * G, w + jb * U, sc + jb * G, U / 2, gs_shift, xr, lane, acc_a, acc_b);
         S bi = reinterpret_cast<S>(st + kRows * (wrow + srow));
-        float bias_a = 0.0f, bias_b = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          if (lane + 32 * i < G) {
-            bias_a = fmaf(__uint_as_float(uint32_t(bi[ja * G + lane + 32 * i]) << 16), xr.g[i], bias_a);
-            bias_b = fmaf(__uint_as_float(uint32_t(bi[jb * G + lane + 32 * i]) << 16), xr.g[i], bias_b);
-          }
-        const float va = warp_butterfly(acc_a + bias_a), vb = warp_butterfly(acc_b + bias_b);
+        float va, vb;
+        finish2_reg(bi + ja * G, bi + jb * G, G, xr, lane, acc_a, acc_b, va, vb);
         if (lane == 0) {
           m.y[row + ja] = va;
           if (jb != ja) m.y[row + jb] = vb;
