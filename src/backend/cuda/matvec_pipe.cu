@@ -508,7 +508,7 @@ bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const bool xregs = xregs_on && !m0.lanes && span == K && K == 2560 && G <= 64;
   // Rows of the 9B's width (K = 4096) in two parts of 2048, each warp group with its part of x in
   // registers (DELTAQ_MV_PIPE_SPLIT=0: all warps on every part, x from shared memory).
-  static const bool split_on = env_int("DELTAQ_MV_PIPE_SPLIT", 1) != 0;
+  static const bool split_on = env_int("DELTAQ_MV_PIPE_SPLIT", 0) != 0;
   const size_t chains_bytes = size_t(kTileRows) * 64 * 4 * 2;  // two tiles' chains, in raw x's place
   const size_t split_smem = x_bytes - raw_bytes + std::max(raw_bytes, chains_bytes) + 4 * stage_bytes;
   if (split_on && K == 2 * kChunk && span == kChunk && split_smem <= 225 * 1024) {
