@@ -80,53 +80,6 @@ __device__ __forceinline__ void chunk_pair(const uint32_t* wa, const unsigned sh
   }
 }
 
-// chunk_pair for a whole chunk of 2048 inputs with x's units in registers (xr: the chunk's 8 units
-// of this lane); the group sums still come from shared memory. The same chains.
-template <bool LANES>
-__device__ __forceinline__ void chunk_pair_reg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
-                                               const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                               int gbase, int shift, const XRegs<8>& xr, const float* xg, int lane,
-                                               float& acc_a, float& acc_b, float& bias_a, float& bias_b) {
-  uint32_t va[8], vb[8];
-  float fa[8], fb[8];
-  if constexpr (LANES) {
-    const uint4* wa4 = reinterpret_cast<const uint4*>(wa) + lane;
-    const uint4* wb4 = reinterpret_cast<const uint4*>(wb) + lane;
-    const uint4 a0 = wa4[0], a1 = wa4[32], b0 = wb4[0], b1 = wb4[32];
-    const uint4 s_a = reinterpret_cast<const uint4*>(sa)[lane >> (shift - 3)];
-    const uint4 s_b = reinterpret_cast<const uint4*>(sb)[lane >> (shift - 3)];
-    va[0] = a0.x, va[1] = a0.y, va[2] = a0.z, va[3] = a0.w, va[4] = a1.x, va[5] = a1.y, va[6] = a1.z, va[7] = a1.w;
-    vb[0] = b0.x, vb[1] = b0.y, vb[2] = b0.z, vb[3] = b0.w, vb[4] = b1.x, vb[5] = b1.y, vb[6] = b1.z, vb[7] = b1.w;
-    const uint32_t sw_a[4] = {s_a.x, s_a.y, s_a.z, s_a.w}, sw_b[4] = {s_b.x, s_b.y, s_b.z, s_b.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      fa[i] = i & 1 ? bf16_hi(sw_a[i >> 1]) : bf16_lo(sw_a[i >> 1]);
-      fb[i] = i & 1 ? bf16_hi(sw_b[i >> 1]) : bf16_lo(sw_b[i >> 1]);
-    }
-  } else {
-    const int gstep = 256 >> shift, g0 = (lane * 8) >> shift;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      va[i] = wa[lane + 32 * i];
-      vb[i] = wb[lane + 32 * i];
-      fa[i] = __uint_as_float(uint32_t(sa[g0 + i * gstep]) << 16);
-      fb[i] = __uint_as_float(uint32_t(sb[g0 + i * gstep]) << 16);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint4 x1 = make_uint4(xr.b0[i], xr.b1[i], xr.step[i], 0u);
-    acc_a = fmaf(fa[i], unit_q4(va[i], xr.a[i], x1), acc_a);
-    acc_b = fmaf(fb[i], unit_q4(vb[i], xr.a[i], x1), acc_b);
-  }
-  const int gc = kChunk >> shift;
-  for (int gl = (lane - gbase) & 31; gl < gc; gl += 32) {
-    const float xv = xg[gbase + gl];
-    bias_a = fmaf(__uint_as_float(uint32_t(ba[gl]) << 16), xv, bias_a);
-    bias_b = fmaf(__uint_as_float(uint32_t(bb[gl]) << 16), xv, bias_b);
-  }
-}
-
 // items: rows of the concatenated matrices (Store, Add) or gate/up pairs (SwiGLU); block b takes
 // items [b * items / grid, (b + 1) * items / grid). A tile is up to 32 rows of one matrix (SwiGLU:
 // 16 items, gate rows in slots 0-15 and up rows in slots 16-31); stage s holds tile s / chunks,
@@ -137,12 +90,7 @@ __device__ __forceinline__ void chunk_pair_reg(const uint32_t* wa, const unsigne
 // NU > 0: a stage holds whole rows of K = 256 NU inputs (row layout, G <= 64), and each lane
 // keeps its x units in registers (q4.cuh XRegs, dot2_reg, as the pipelined head does): the rows
 // then read only their weights and scales from shared memory.
-// SPLIT: rows of K = 4096 in two parts of 2048 (stages 2t and 2t + 1 of tile t), each computed by
-// one warp group with its part's x units in registers: warps 0-7 (the front) start tile t's
-// chains on part 0 and leave them (acc and bias, per row and lane) in shared memory; warps 8-15
-// (the back) carry them on over part 1 one tile later and finish the rows. A warp takes two
-// pairs of rows a tile (SwiGLU: two items). Every chain runs in the canonical order.
-template <int STAGES, bool LANES, int NU = 0, bool SPLIT = false>
+template <int STAGES, bool LANES, int NU = 0>
 __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span, int skip_rows) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_r;
@@ -240,9 +188,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   };
 
   pdl_trigger();
-  // The weights do not depend on earlier kernels: the first stages stream before the wait
-  // (SPLIT: a stage is in use for two iterations, so every slot can be filled at first).
-  for (int s = 0; s < (SPLIT ? STAGES : STAGES - 1); ++s) issue(s);
+  // The weights do not depend on earlier kernels: the first stages stream before the wait.
+  for (int s = 0; s < STAGES - 1; ++s) issue(s);
   pdl_wait();
 
   // x after the wait, in one trip to L2: each thread loads its units (unit u is thread
@@ -305,146 +252,69 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   }
 
   using S = const unsigned short*;
-  if constexpr (SPLIT) {
-    // Iteration it: the front computes stage 2 it (tile it, part 0), the back stage 2 it - 1
-    // (tile it - 1, part 1); the slots of stages up to 2 it + STAGES - 2 are free to fill.
-    const bool front = warp < kWarps / 2;
-    const int w8 = warp % (kWarps / 2);
-    XRegs<8> xr;
-    __syncthreads();  // x's units are made
-    load_xregs(xr, xa + (front ? 0 : U / 2), xb + (front ? 0 : U / 2), xg, G, lane);
-    float* chains = reinterpret_cast<float*>(stages + STAGES * stage_bytes);  // [2][32 slots][acc, bias][32 lanes]
-    int next = STAGES;
-    for (int it = 0; it <= tiles; ++it) {
-      // stage 2 it has landed: the groups committed after it are the ones still allowed pending
-      if (it == 0) async_wait_group<STAGES - 1>();
-      else if (it == 1) async_wait_group<STAGES - 3>();
-      else async_wait_group<STAGES - 4>();
-      __syncthreads();  // everyone's copies have; stages 2 it - 3 and 2 it - 2 and their chains are free
-      for (; next <= 2 * it + STAGES - 2; ++next) issue(next);
-      const int t = front ? it : it - 1;
-      if (t < 0 || t >= tiles || skip_rows) continue;
-      int mi, r0, n;
-      tile_of(t, mi, r0, n);
-      const int s = 2 * t + (front ? 0 : 1);
-      const unsigned char* st = stages + (s % STAGES) * stage_bytes;
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
-      S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
-      float* ch = chains + (t & 1) * (kTileRows * 64);
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int item = 2 * w8 + p;  // SwiGLU: the item; else the pair of rows 2 item, 2 item + 1
-        const bool mine = swiglu ? item < n : 2 * item < n;
-        if (!mine) continue;
-        const int ja = swiglu ? item : 2 * item;
-        const int jb = swiglu ? kWarps + item : min(2 * item + 1, n - 1);
-        float acc_a = 0.0f, acc_b = 0.0f, bias_a = 0.0f, bias_b = 0.0f;
-        if (!front) {
-          acc_a = ch[ja * 64 + lane], bias_a = ch[ja * 64 + 32 + lane];
-          acc_b = ch[jb * 64 + lane], bias_b = ch[jb * 64 + 32 + lane];
-        }
-        chunk_pair_reg<LANES>(w + ja * (wslot / 4), sc + ja * (sslot / 2), bi + ja * (sslot / 2), w + jb * (wslot / 4),
-                              sc + jb * (sslot / 2), bi + jb * (sslot / 2), front ? 0 : (kChunk >> shift), shift, xr,
-                              xg, lane, acc_a, acc_b, bias_a, bias_b);
-        if (front) {  // (jb == ja: the same values twice)
-          ch[ja * 64 + lane] = acc_a, ch[ja * 64 + 32 + lane] = bias_a;
-          ch[jb * 64 + lane] = acc_b, ch[jb * 64 + 32 + lane] = bias_b;
-          continue;
-        }
-        const float v = warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);  // a: lanes 0-15, b: 16-31
-        if (swiglu) {
-          const float gv = __shfl_sync(0xffffffffu, v, 0), uv = __shfl_sync(0xffffffffu, v, 16);
-          if (lane == 0) a.m[0].y[r0 + ja] = num::silu(gv) * uv;
-        } else if (lane == 0 || (lane == 16 && jb != ja)) {
-          float* y = a.m[mi].y + r0 + (lane == 0 ? ja : jb);
-          *y = a.epi == Epilogue::Add ? *y + v : v;
-        }
-      }
-    }
-  } else {
-    for (int t = 0; t < tiles; ++t) {
-      int mi, r0, n;
-      tile_of(t, mi, r0, n);
-      // This warp's rows: slots ja and jb (SwiGLU: item `warp`, gate and up; else rows 2 warp and
-      // 2 warp + 1, the first twice when it is the tile's last).
-      const bool mine = swiglu ? warp < n : 2 * warp < n;
-      const int ja = swiglu ? warp : 2 * warp;
-      const int jb = swiglu ? kWarps + warp : min(2 * warp + 1, n - 1);
-      float acc_a = 0.0f, acc_b = 0.0f, bias_a = 0.0f, bias_b = 0.0f;
-      for (int c = 0; c < chunks; ++c) {
-        const int s = t * chunks + c;
-        async_wait_group<STAGES - 2>();  // this thread's copies of stage s have landed
-        __syncthreads();                 // everyone's have, and stage s - 1's slot is free again
-        issue(s + STAGES - 1);
-        if constexpr (NU > 0) {  // whole rows (chunks == 1), x in registers
-          if (mine && !skip_rows) {
-            const unsigned char* st = stages + (s % STAGES) * stage_bytes;
-            const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
-            S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
-            dot2_reg<NU>(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, shift, xr, lane,
-                         acc_a, acc_b);
-          }
-        } else if (mine && !skip_rows) {
+  for (int t = 0; t < tiles; ++t) {
+    int mi, r0, n;
+    tile_of(t, mi, r0, n);
+    // This warp's rows: slots ja and jb (SwiGLU: item `warp`, gate and up; else rows 2 warp and
+    // 2 warp + 1, the first twice when it is the tile's last).
+    const bool mine = swiglu ? warp < n : 2 * warp < n;
+    const int ja = swiglu ? warp : 2 * warp;
+    const int jb = swiglu ? kWarps + warp : min(2 * warp + 1, n - 1);
+    float acc_a = 0.0f, acc_b = 0.0f, bias_a = 0.0f, bias_b = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      const int s = t * chunks + c;
+      async_wait_group<STAGES - 2>();  // this thread's copies of stage s have landed
+      __syncthreads();                 // everyone's have, and stage s - 1's slot is free again
+      issue(s + STAGES - 1);
+      if constexpr (NU > 0) {  // whole rows (chunks == 1), x in registers
+        if (mine && !skip_rows) {
           const unsigned char* st = stages + (s % STAGES) * stage_bytes;
           const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
           S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
-          for (int p = 0; p < span; p += kChunk) {  // the part's pieces of up to 2048 inputs, in order
-            const int ck = min(kChunk, span - p), in0 = c * span + p;
-            const int wo = p / 8, so = p >> shift;  // the piece's first word and group in the slot
-            chunk_pair<LANES>(w + ja * (wslot / 4) + wo, sc + ja * (sslot / 2) + so, bi + ja * (sslot / 2) + so,
-                              w + jb * (wslot / 4) + wo, sc + jb * (sslot / 2) + so, bi + jb * (sslot / 2) + so, ck / 256,
-                              ck >> shift, in0 / 8, in0 >> shift, shift, xa, xb, xg, lane, acc_a, acc_b, bias_a, bias_b);
-          }
+          dot2_reg<NU>(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, shift, xr, lane,
+                       acc_a, acc_b);
+        }
+      } else if (mine && !skip_rows) {
+        const unsigned char* st = stages + (s % STAGES) * stage_bytes;
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
+        S sc = reinterpret_cast<S>(st + w_bytes), bi = reinterpret_cast<S>(st + w_bytes + s_bytes);
+        for (int p = 0; p < span; p += kChunk) {  // the part's pieces of up to 2048 inputs, in order
+          const int ck = min(kChunk, span - p), in0 = c * span + p;
+          const int wo = p / 8, so = p >> shift;  // the piece's first word and group in the slot
+          chunk_pair<LANES>(w + ja * (wslot / 4) + wo, sc + ja * (sslot / 2) + so, bi + ja * (sslot / 2) + so,
+                            w + jb * (wslot / 4) + wo, sc + jb * (sslot / 2) + so, bi + jb * (sslot / 2) + so, ck / 256,
+                            ck >> shift, in0 / 8, in0 >> shift, shift, xa, xb, xg, lane, acc_a, acc_b, bias_a, bias_b);
         }
       }
-      if (mine) {
-        // a in lanes 0-15, b in 16-31 (NU > 0: dot2_reg's sums are in every lane)
-        const float v = NU > 0 ? (lane & 16 ? acc_b : acc_a) : warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
-        if (swiglu) {
-          const float gv = __shfl_sync(0xffffffffu, v, 0), uv = __shfl_sync(0xffffffffu, v, 16);
-          if (lane == 0) a.m[0].y[r0 + ja] = num::silu(gv) * uv;
-        } else if (lane == 0 || (lane == 16 && jb != ja)) {
-          float* y = a.m[mi].y + r0 + (lane == 0 ? ja : jb);
-          *y = a.epi == Epilogue::Add ? *y + v : v;
-        }
+    }
+    if (mine) {
+      // a in lanes 0-15, b in 16-31 (NU > 0: dot2_reg's sums are in every lane)
+      const float v = NU > 0 ? (lane & 16 ? acc_b : acc_a) : warp_butterfly2(acc_a + bias_a, acc_b + bias_b, lane);
+      if (swiglu) {
+        const float gv = __shfl_sync(0xffffffffu, v, 0), uv = __shfl_sync(0xffffffffu, v, 16);
+        if (lane == 0) a.m[0].y[r0 + ja] = num::silu(gv) * uv;
+      } else if (lane == 0 || (lane == 16 && jb != ja)) {
+        float* y = a.m[mi].y + r0 + (lane == 0 ? ja : jb);
+        *y = a.epi == Epilogue::Add ? *y + v : v;
       }
     }
   }
   async_wait_all();
 }
 
-using PipeKernel = void (*)(ProjectArgs, int, int, int);
-
-void launch_pipe(PipeKernel k, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items, int span) {
-  static const int skip_rows = env_int("DELTAQ_MV_PIPE_SKIP", 0);
-  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span, skip_rows);
-}
-
 template <int STAGES>
 void launch_stages(bool lanes, bool xregs, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items,
                    int span) {
-  const PipeKernel k =
-      xregs ? pipe_kernel<STAGES, false, 10> : lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
+  using Kernel = void (*)(ProjectArgs, int, int, int);
+  static const int skip_rows = env_int("DELTAQ_MV_PIPE_SKIP", 0);
+  const Kernel k = xregs ? pipe_kernel<STAGES, false, 10> : lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
   static bool attr_set = false;
   if (!attr_set) {
-    for (PipeKernel kk : {pipe_kernel<STAGES, true>, pipe_kernel<STAGES, false>, pipe_kernel<STAGES, false, 10>})
+    for (Kernel kk : {pipe_kernel<STAGES, true>, pipe_kernel<STAGES, false>, pipe_kernel<STAGES, false, 10>})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  launch_pipe(k, blocks, smem, s, a, items, span);
-}
-
-// SPLIT (K = 4096 in two parts of 2048, four stages).
-void launch_split(bool lanes, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items, int span) {
-  constexpr int kStages = 4;
-  static bool attr_set = false;
-  if (!attr_set) {
-    for (PipeKernel kk : {pipe_kernel<kStages, true, 0, true>, pipe_kernel<kStages, false, 0, true>})
-      DQ_CUDA_CHECK(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
-    attr_set = true;
-  }
-  launch_pipe(lanes ? pipe_kernel<kStages, true, 0, true> : pipe_kernel<kStages, false, 0, true>, blocks, smem, s, a,
-              items, span);
+  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span, skip_rows);
 }
 
 }  // namespace
@@ -506,15 +376,6 @@ bool launch_project_pipe(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   // (DELTAQ_MV_PIPE_XREGS=0: from shared memory, chunk_pair; results never depend on it).
   static const bool xregs_on = env_int("DELTAQ_MV_PIPE_XREGS", 1) != 0;
   const bool xregs = xregs_on && !m0.lanes && span == K && K == 2560 && G <= 64;
-  // Rows of the 9B's width (K = 4096) in two parts of 2048, each warp group with its part of x in
-  // registers (DELTAQ_MV_PIPE_SPLIT=0: all warps on every part, x from shared memory).
-  static const bool split_on = env_int("DELTAQ_MV_PIPE_SPLIT", 0) != 0;
-  const size_t chains_bytes = size_t(kTileRows) * 64 * 4 * 2;  // two tiles' chains, in raw x's place
-  const size_t split_smem = x_bytes - raw_bytes + std::max(raw_bytes, chains_bytes) + 4 * stage_bytes;
-  if (split_on && K == 2 * kChunk && span == kChunk && split_smem <= 225 * 1024) {
-    launch_split(m0.lanes, blocks, split_smem, s, a, items, span);
-    return true;
-  }
   if (stages == 5) launch_stages<5>(m0.lanes, xregs, blocks, smem, s, a, items, span);
   else if (stages == 4) launch_stages<4>(m0.lanes, xregs, blocks, smem, s, a, items, span);
   else launch_stages<3>(m0.lanes, xregs, blocks, smem, s, a, items, span);
