@@ -368,7 +368,7 @@ inline void swiglu_product_cases(std::vector<Target>& targets) {
 inline void tall_project_cases(std::vector<Target>& targets) {
   Rig rig;
   const int rows = 33001;
-  for (int K : {256, 768, 1024, 2048, 2560})
+  for (int K : {256, 768, 1024, 2048, 2560, 4096})
     for (int gs : {32, 64, 128}) {
       Matrix m = rig.matrix(WFormat::Affine, rows, K, 4, gs, DType::BF16);
       for (int T : {1, 2})

@@ -1,7 +1,8 @@
-// The output head (and any very tall 4-bit product with K <= 2048 or K = 2560): hundreds of
+// The output head (and any very tall 4-bit product with K <= 2048, K = 2560 or 4096): hundreds of
 // thousands of rows against one x. Each lane keeps its x units in registers for the whole launch
 // (lane l owns units l, l+32, ... of every row: the unit's integers, two words of q4.cuh
-// make_unit_q4). Two kernels: for one token with K = 2048, 1024 or 2560, head_pipe_kernel
+// make_unit_q4; at K = 4096 each of two warp groups holds half). Two kernels: for one token with
+// K = 2048, 1024, 2560 or 4096, head_pipe_kernel
 // streams each SM's rows through a ring of shared-memory stages (the default); otherwise
 // head_kernel keeps the warp's next row in registers while it computes the current one. Both
 // start loading weights before the programmatic-launch wait. Same canonical order as
@@ -121,7 +122,17 @@ __global__ void __launch_bounds__(kHeadWarps * 32, 2) head_kernel(ProjectArgs a)
 // shared memory as in the resident kernel, then each lane holds its own in registers (dot2_reg);
 // each warp computes two rows of a stage. NU: units a lane (K = 256 NU: 8 for K = 2048, 4 for
 // 1024, 10 for 2560; U <= the block's 512 threads, one unit each).
+//
+// NU = 16 (K = 4096, the 9B's untied head): a lane's 16 units of x do not fit its registers, so
+// the row is split between two warp groups. Warps 0-7 (the front) hold units 0-7 of the lane
+// (inputs 0..2047) and start the acc chains of tile t's 16 rows; they leave each lane's chain in
+// shared memory, and warps 8-15 (the back) hold units 8-15 and carry those chains on one tile
+// later, then add the bias chain and reduce. Each chain still runs over the lane's units in
+// order, so the bits are the canonical order's. A stage stays in use for two iterations.
 constexpr int kPipeWarps = 16, kPipeRows = 2 * kPipeWarps;
+constexpr int kSplitRows = 16;  // rows a tile when NU = 16: 2 a warp of each group
+template <int NU>
+constexpr int head_tile_rows() { return NU > 10 ? kSplitRows : kPipeRows; }
 
 //
 // TMA: thread 0 hands each tile to the copy engine as three bulk copies (rows, scales, biases
@@ -132,45 +143,48 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
   extern __shared__ __align__(128) unsigned char smem[];
   const MatDev& m = a.m[0];
   constexpr int K = NU * 256, U = K / 8;
+  constexpr bool kSplit = NU > 10;          // the row split between two warp groups (above)
+  constexpr int kRows = head_tile_rows<NU>(), kLag = kSplit ? 2 : 1;  // kLag: iterations a stage is in use
   const int G = K / m.gs, gs_shift = m.gs_shift;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t wrow = uint32_t(K / 2), srow = uint32_t(G * 2);
-  const uint32_t stage_bytes = kPipeRows * (wrow + 2 * srow);
+  const uint32_t stage_bytes = kRows * (wrow + 2 * srow);
   uint4* xa = reinterpret_cast<uint4*>(smem);
   uint4* xb = xa + U;
   float* xg = reinterpret_cast<float*>(xb + U);
-  float* raw = xg + G;  // K floats; then the stages (16-byte aligned: G % 8 == 0)
-  unsigned char* stages = reinterpret_cast<unsigned char*>(raw + K);
+  float* raw = xg + G;  // K floats; then (split) the chains handed over; then the stages (16-byte aligned: G % 8 == 0)
+  float* chains = raw + K;  // split: [2 tiles][kRows rows][32 lanes]
+  unsigned char* stages = reinterpret_cast<unsigned char*>(chains + (kSplit ? 2 * kRows * 32 : 0));
 
   const int r0 = int(int64_t(blockIdx.x) * m.rows / gridDim.x);
   const int r1 = int(int64_t(blockIdx.x + 1) * m.rows / gridDim.x);
-  const int tiles = (r1 - r0 + kPipeRows - 1) / kPipeRows;
-  // Stage layout: kPipeRows weight rows, then their scales, then their biases.
+  const int tiles = (r1 - r0 + kRows - 1) / kRows;
+  // Stage layout: kRows weight rows, then their scales, then their biases.
   __shared__ uint64_t full[STAGES];  // TMA: stage s's bytes of its current tile have landed
   auto issue = [&](int tile) {
     if constexpr (TMA) {
       if (threadIdx.x == 0 && tile < tiles) {
         const int s = tile % STAGES;
         unsigned char* st = stages + s * stage_bytes;
-        const int row = r0 + tile * kPipeRows, n = min(kPipeRows, r1 - row);
+        const int row = r0 + tile * kRows, n = min(kRows, r1 - row);
         mbar_arrive_expect(&full[s], uint32_t(n) * (wrow + 2 * srow));
         bulk_copy(st, static_cast<const unsigned char*>(m.w) + size_t(row) * wrow, n * wrow, &full[s]);
-        bulk_copy(st + kPipeRows * wrow, static_cast<const unsigned char*>(m.s) + size_t(row) * srow, n * srow, &full[s]);
-        bulk_copy(st + kPipeRows * (wrow + srow), static_cast<const unsigned char*>(m.b) + size_t(row) * srow, n * srow,
+        bulk_copy(st + kRows * wrow, static_cast<const unsigned char*>(m.s) + size_t(row) * srow, n * srow, &full[s]);
+        bulk_copy(st + kRows * (wrow + srow), static_cast<const unsigned char*>(m.b) + size_t(row) * srow, n * srow,
                   &full[s]);
       }
       return;
     }
     if (tile < tiles) {
       unsigned char* st = stages + (tile % STAGES) * stage_bytes;
-      const int row = r0 + tile * kPipeRows, n = min(kPipeRows, r1 - row);
+      const int row = r0 + tile * kRows, n = min(kRows, r1 - row);
       const unsigned char* w = static_cast<const unsigned char*>(m.w) + size_t(row) * wrow;
       const unsigned char* sc = static_cast<const unsigned char*>(m.s) + size_t(row) * srow;
       const unsigned char* bi = static_cast<const unsigned char*>(m.b) + size_t(row) * srow;
       for (uint32_t i = threadIdx.x; i < n * wrow / 16; i += blockDim.x) async_copy16(st + 16 * i, w + 16 * i);
-      st += kPipeRows * wrow;
+      st += kRows * wrow;
       for (uint32_t i = threadIdx.x; i < n * srow / 16; i += blockDim.x) async_copy16(st + 16 * i, sc + 16 * i);
-      st += kPipeRows * srow;
+      st += kRows * srow;
       for (uint32_t i = threadIdx.x; i < n * srow / 16; i += blockDim.x) async_copy16(st + 16 * i, bi + 16 * i);
     }
     async_commit();  // an empty group past the end keeps the count of groups regular
@@ -180,7 +194,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
   if (TMA && threadIdx.x == 0)
     for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1);  // waited on only after the barriers below
   // The weights do not depend on earlier kernels: the first stages stream before the wait.
-  for (int t = 0; t < STAGES - 1; ++t) issue(t);
+  for (int t = 0; t < STAGES - kLag; ++t) issue(t);
   float4 nw0 = make_float4(1, 1, 1, 1), nw1 = nw0;
   const bool own = threadIdx.x < U;  // U <= 320 < the block's threads: one unit per thread
   if (a.norm && own) {
@@ -225,6 +239,47 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
     xg[g] = s;
   }
   __syncthreads();
+  if constexpr (kSplit) {
+    constexpr int NH = NU / 2;  // units a lane in each half
+    const bool front = warp < kPipeWarps / 2;
+    XRegs<NH> xr;  // this lane's units of its group's half of x
+    load_xregs(xr, xa + (front ? 0 : U / 2), xb + (front ? 0 : U / 2), xg, G, lane);
+    const int ja = 2 * (warp % (kPipeWarps / 2));
+    using S = const unsigned short*;
+    for (int it = 0; it <= tiles; ++it) {
+      if (it < tiles) {
+        if constexpr (TMA) mbar_wait(&full[it % STAGES], unsigned(it / STAGES) & 1u);  // tile it has landed
+        else async_wait_group<STAGES - kLag - 1>();  // this thread's copies of tile it have landed
+      }
+      __syncthreads();  // everyone's have; tile it - 2's stage and tile it - 2's chains are free again
+      issue(it + STAGES - kLag);
+      const int t = front ? it : it - 1;  // the front starts tile it, the back finishes tile it - 1
+      if (t < 0 || t >= tiles) continue;
+      const unsigned char* st = stages + (t % STAGES) * stage_bytes;
+      const int row = r0 + t * kRows, n = min(kRows, r1 - row);
+      if (ja >= n) continue;
+      const int jb = min(ja + 1, n - 1);
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
+      S sc = reinterpret_cast<S>(st + kRows * wrow);
+      float* ch = chains + (t & 1) * kRows * 32;
+      if (front) {
+        float acc_a = 0.0f, acc_b = 0.0f;
+        chain2_reg(w + ja * U, sc + ja * G, w + jb * U, sc + jb * G, 0, gs_shift, xr, lane, acc_a, acc_b);
+        ch[ja * 32 + lane] = acc_a;
+        ch[jb * 32 + lane] = acc_b;  // (jb == ja: the same value twice)
+      } else {
+        float acc_a = ch[ja * 32 + lane], acc_b = ch[jb * 32 + lane];
+        chain2_reg(w + ja * U, sc + ja * G, w + jb * U, sc + jb * G, U / 2, gs_shift, xr, lane, acc_a, acc_b);
+        S bi = reinterpret_cast<S>(st + kRows * (wrow + srow));
+        float va, vb;
+        finish2_reg(bi + ja * G, bi + jb * G, G, xr, lane, acc_a, acc_b, va, vb);
+        if (lane == 0) {
+          m.y[row + ja] = va;
+          if (jb != ja) m.y[row + jb] = vb;
+        }
+      }
+    }
+  } else {
   XRegs<NU> xr;  // this lane's units of x
   load_xregs(xr, xa, xb, xg, G, lane);
 
@@ -234,13 +289,13 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
     __syncthreads();                      // everyone's have, and tile t - 1's stage is free again
     issue(t + STAGES - 1);
     const unsigned char* st = stages + (t % STAGES) * stage_bytes;
-    const int row = r0 + t * kPipeRows, n = min(kPipeRows, r1 - row);
+    const int row = r0 + t * kRows, n = min(kRows, r1 - row);
     const int ja = 2 * warp, jb = min(2 * warp + 1, n - 1);
     if (ja < n) {
       using S = const unsigned short*;
       const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
-      S sc = reinterpret_cast<S>(st + kPipeRows * wrow);
-      S bi = reinterpret_cast<S>(st + kPipeRows * (wrow + srow));
+      S sc = reinterpret_cast<S>(st + kRows * wrow);
+      S bi = reinterpret_cast<S>(st + kRows * (wrow + srow));
       float va, vb;
       dot2_reg(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, gs_shift, xr, lane, va,
                vb);
@@ -249,6 +304,7 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
         if (jb != ja) m.y[row + jb] = vb;
       }
     }
+  }
   }
   async_wait_all();
 }
@@ -274,7 +330,7 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const MatDev& m = a.m[0];
   if (m.fmt != WFmt::Affine || m.bits != 4 || m.sdt != SDt::BF16 || m.gs_shift < 3 || m.cols != a.K) return false;
   if (m.lanes) return false;  // (the head keeps the checkpoint's layout)
-  if (a.K % 256 != 0 || (a.K > 2048 && a.K != 2560) || a.K % m.gs != 0) return false;
+  if (a.K % 256 != 0 || (a.K > 2048 && a.K != 2560 && a.K != 4096) || a.K % m.gs != 0) return false;
   // Tall products only: below this the resident or streaming kernels keep more rows per SM busy.
   static const int min_rows = env_int("DELTAQ_MV_HEAD_MIN_ROWS", 32768);
   if (m.rows < min_rows) return false;
@@ -282,21 +338,30 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       reinterpret_cast<uintptr_t>(m.s) % 2 || reinterpret_cast<uintptr_t>(m.b) % 2)
     return false;
   // The pipelined kernel: one token, K = 2048, 1024 or 2560 (the 2B's, 0.8B's and 4B's heads; x
-  // in registers), 16-byte aligned rows and groups; as many of the stages asked for as fit.
+  // in registers), or 4096 (the 9B's; the row split between two warp groups), 16-byte aligned
+  // rows and groups; as many of the stages asked for as fit. DELTAQ_HEAD_SPLIT=0 leaves K = 4096
+  // to the pipelined product (matvec_pipe.cu), as before.
   static const char* pipe_env = std::getenv("DELTAQ_HEAD_PIPE");
   static const int stages_asked = pipe_env ? std::atoi(pipe_env) : 5;
+  static const bool split_on = env_int("DELTAQ_HEAD_SPLIT", 1) != 0;
+  const bool split = a.K == 4096;
+  if (split && !split_on) return false;
   const int G = a.K / m.gs;
-  const size_t stage_bytes = size_t(kPipeRows) * (a.K / 2 + 4 * G);
-  auto smem_of = [&](int st) { return size_t(a.K / 8) * 32 + size_t(G) * 4 + size_t(a.K) * 4 + st * stage_bytes; };
+  const size_t stage_bytes = size_t(split ? kSplitRows : kPipeRows) * (a.K / 2 + 4 * G);
+  auto smem_of = [&](int st) {
+    return size_t(a.K / 8) * 32 + size_t(G) * 4 + size_t(a.K) * 4 + (split ? 2 * kSplitRows * 32 * 4 : 0) +
+           st * stage_bytes;
+  };
   int stages = stages_asked;
   while (stages > 3 && smem_of(stages) > 225 * 1024) --stages;
-  if (stages >= 3 && stages <= 6 && a.T == 1 && (a.K == 2048 || a.K == 1024 || (a.K == 2560 && stages <= 4)) &&
+  if (stages >= 3 && stages <= 6 && a.T == 1 &&
+      (a.K == 2048 || a.K == 1024 || (a.K == 2560 && stages <= 4) || (split && stages <= 5)) &&
       G % 8 == 0 && G <= 64 && m.gs_shift >= 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(m.s) % 16 == 0 && reinterpret_cast<uintptr_t>(m.b) % 16 == 0) {
     const size_t smem = smem_of(stages);
     if (smem <= 225 * 1024) {
       using Kernel = void (*)(ProjectArgs);
-      static const Kernel table[3][4][2] = {{{head_pipe_kernel<3, false, 8>, head_pipe_kernel<3, true, 8>},
+      static const Kernel table[4][4][2] = {{{head_pipe_kernel<3, false, 8>, head_pipe_kernel<3, true, 8>},
                                              {head_pipe_kernel<4, false, 8>, head_pipe_kernel<4, true, 8>},
                                              {head_pipe_kernel<5, false, 8>, head_pipe_kernel<5, true, 8>},
                                              {head_pipe_kernel<6, false, 8>, head_pipe_kernel<6, true, 8>}},
@@ -307,7 +372,11 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
                                             {{head_pipe_kernel<3, false, 10>, head_pipe_kernel<3, true, 10>},
                                              {head_pipe_kernel<4, false, 10>, head_pipe_kernel<4, true, 10>},
                                              {nullptr, nullptr},  // (K = 2560: 5 or 6 stages do not fit)
-                                             {nullptr, nullptr}}};
+                                             {nullptr, nullptr}},
+                                            {{head_pipe_kernel<3, false, 16>, head_pipe_kernel<3, true, 16>},
+                                             {head_pipe_kernel<4, false, 16>, head_pipe_kernel<4, true, 16>},
+                                             {head_pipe_kernel<5, false, 16>, head_pipe_kernel<5, true, 16>},
+                                             {nullptr, nullptr}}};  // (K = 4096: 6 stages do not fit)
       static bool attr_set = false;
       if (!attr_set) {
         for (auto& width : table)
@@ -319,7 +388,7 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       // The stages filled by the copy engine (bulk copies; DELTAQ_HEAD_TMA=0: cp.async by every
       // thread): 962.3 vs 953.3 tok/s on the H200, alternating.
       static const bool tma = !(std::getenv("DELTAQ_HEAD_TMA") && std::getenv("DELTAQ_HEAD_TMA")[0] == '0');
-      launch_kernel(table[a.K == 2048 ? 0 : a.K == 1024 ? 1 : 2][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows),
+      launch_kernel(table[a.K == 2048 ? 0 : a.K == 1024 ? 1 : a.K == 2560 ? 2 : 3][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows),
                     kPipeWarps * 32, smem, s, a);
       return true;
     }

@@ -312,26 +312,32 @@ __device__ __forceinline__ void load_xregs(XRegs<NU>& r, const uint4* xa, const 
   for (int i = 0; i < 2; ++i) r.g[i] = lane + 32 * i < G ? xg[lane + 32 * i] : 0.0f;
 }
 
-// dot2_fast with x in registers (K = 256 NU, G <= 64): the same chains in the same order.
+// Carries two rows' acc chains over NU units of x in registers: the lane's units u0 + lane + 32 i
+// (the pipelined head at K = 4096 runs a row's two halves in two warps, u0 = 0 and U / 2).
 template <int NU>
-__device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
-                                         const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
-                                         int G, int gs_shift, const XRegs<NU>& x, int lane, float& out_a,
-                                         float& out_b) {
+__device__ __forceinline__ void chain2_reg(const uint32_t* wa, const unsigned short* sa, const uint32_t* wb,
+                                           const unsigned short* sb, int u0, int gs_shift, const XRegs<NU>& x,
+                                           int lane, float& acc_a, float& acc_b) {
   uint32_t va[NU], vb[NU];
 #pragma unroll
   for (int i = 0; i < NU; ++i) {
-    va[i] = wa[lane + 32 * i];
-    vb[i] = wb[lane + 32 * i];
+    va[i] = wa[u0 + lane + 32 * i];
+    vb[i] = wb[u0 + lane + 32 * i];
   }
-  float acc_a = 0.0f, acc_b = 0.0f;
 #pragma unroll
   for (int i = 0; i < NU; ++i) {
-    const int g = ((lane + 32 * i) * 8) >> gs_shift;
+    const int g = ((u0 + lane + 32 * i) * 8) >> gs_shift;
     const uint4 xb = make_uint4(x.b0[i], x.b1[i], x.step[i], 0u);
     acc_a = fmaf(__uint_as_float(uint32_t(sa[g]) << 16), unit_q4(va[i], x.a[i], xb), acc_a);
     acc_b = fmaf(__uint_as_float(uint32_t(sb[g]) << 16), unit_q4(vb[i], x.a[i], xb), acc_b);
   }
+}
+
+// The bias chains of two rows over the lane's groups (G <= 64), added to their acc chains, reduced.
+template <int NU>
+__device__ __forceinline__ void finish2_reg(const unsigned short* ba, const unsigned short* bb, int G,
+                                            const XRegs<NU>& x, int lane, float acc_a, float acc_b, float& out_a,
+                                            float& out_b) {
   float bias_a = 0.0f, bias_b = 0.0f;
 #pragma unroll
   for (int i = 0; i < 2; ++i)
@@ -341,6 +347,17 @@ __device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned shor
     }
   out_a = warp_butterfly(acc_a + bias_a);
   out_b = warp_butterfly(acc_b + bias_b);
+}
+
+// dot2_fast with x in registers (K = 256 NU, G <= 64): the same chains in the same order.
+template <int NU>
+__device__ __forceinline__ void dot2_reg(const uint32_t* wa, const unsigned short* sa, const unsigned short* ba,
+                                         const uint32_t* wb, const unsigned short* sb, const unsigned short* bb,
+                                         int G, int gs_shift, const XRegs<NU>& x, int lane, float& out_a,
+                                         float& out_b) {
+  float acc_a = 0.0f, acc_b = 0.0f;
+  chain2_reg(wa, sa, wb, sb, 0, gs_shift, x, lane, acc_a, acc_b);
+  finish2_reg(ba, bb, G, x, lane, acc_a, acc_b, out_a, out_b);
 }
 
 }  // namespace dq::cuda
