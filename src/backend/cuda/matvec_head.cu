@@ -280,31 +280,31 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 1) head_pipe_kernel(ProjectAr
       }
     }
   } else {
-  XRegs<NU> xr;  // this lane's units of x
-  load_xregs(xr, xa, xb, xg, G, lane);
+    XRegs<NU> xr;  // this lane's units of x
+    load_xregs(xr, xa, xb, xg, G, lane);
 
-  for (int t = 0; t < tiles; ++t) {
-    if constexpr (TMA) mbar_wait(&full[t % STAGES], unsigned(t / STAGES) & 1u);  // tile t has landed
-    else async_wait_group<STAGES - 2>();  // this thread's copies of tile t have landed
-    __syncthreads();                      // everyone's have, and tile t - 1's stage is free again
-    issue(t + STAGES - 1);
-    const unsigned char* st = stages + (t % STAGES) * stage_bytes;
-    const int row = r0 + t * kRows, n = min(kRows, r1 - row);
-    const int ja = 2 * warp, jb = min(2 * warp + 1, n - 1);
-    if (ja < n) {
-      using S = const unsigned short*;
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
-      S sc = reinterpret_cast<S>(st + kRows * wrow);
-      S bi = reinterpret_cast<S>(st + kRows * (wrow + srow));
-      float va, vb;
-      dot2_reg(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, gs_shift, xr, lane, va,
-               vb);
-      if (lane == 0) {
-        m.y[row + ja] = va;
-        if (jb != ja) m.y[row + jb] = vb;
+    for (int t = 0; t < tiles; ++t) {
+      if constexpr (TMA) mbar_wait(&full[t % STAGES], unsigned(t / STAGES) & 1u);  // tile t has landed
+      else async_wait_group<STAGES - 2>();  // this thread's copies of tile t have landed
+      __syncthreads();                      // everyone's have, and tile t - 1's stage is free again
+      issue(t + STAGES - 1);
+      const unsigned char* st = stages + (t % STAGES) * stage_bytes;
+      const int row = r0 + t * kRows, n = min(kRows, r1 - row);
+      const int ja = 2 * warp, jb = min(2 * warp + 1, n - 1);
+      if (ja < n) {
+        using S = const unsigned short*;
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(st);
+        S sc = reinterpret_cast<S>(st + kRows * wrow);
+        S bi = reinterpret_cast<S>(st + kRows * (wrow + srow));
+        float va, vb;
+        dot2_reg(w + ja * U, sc + ja * G, bi + ja * G, w + jb * U, sc + jb * G, bi + jb * G, G, gs_shift, xr, lane, va,
+                 vb);
+        if (lane == 0) {
+          m.y[row + ja] = va;
+          if (jb != ja) m.y[row + jb] = vb;
+        }
       }
     }
-  }
   }
   async_wait_all();
 }
@@ -388,8 +388,8 @@ bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       // The stages filled by the copy engine (bulk copies; DELTAQ_HEAD_TMA=0: cp.async by every
       // thread): 962.3 vs 953.3 tok/s on the H200, alternating.
       static const bool tma = !(std::getenv("DELTAQ_HEAD_TMA") && std::getenv("DELTAQ_HEAD_TMA")[0] == '0');
-      launch_kernel(table[a.K == 2048 ? 0 : a.K == 1024 ? 1 : a.K == 2560 ? 2 : 3][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows),
-                    kPipeWarps * 32, smem, s, a);
+      const int by_k = a.K == 2048 ? 0 : a.K == 1024 ? 1 : a.K == 2560 ? 2 : 3;
+      launch_kernel(table[by_k][stages - 3][tma ? 1 : 0], std::min(num_sms, m.rows), kPipeWarps * 32, smem, s, a);
       return true;
     }
   }
