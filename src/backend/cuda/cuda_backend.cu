@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_fit.h"
 
 #include <cuda_runtime.h>
 
@@ -31,6 +32,17 @@ bool cuda_device_available(std::string* why) {
   if (e != cudaSuccess || n == 0) {
     if (why) *why = e != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(e) : "no CUDA device";
     cudaGetLastError();
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    cudaGetLastError();
+    return false;
+  }
+  const std::string unfit = gpu_unfit_reason({prop.name, prop.major, prop.minor, prop.sharedMemPerBlockOptin});
+  if (!unfit.empty()) {
+    if (why) *why = unfit;
     return false;
   }
   return true;
