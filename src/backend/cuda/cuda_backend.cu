@@ -26,7 +26,7 @@ using namespace cuda;
 
 int cuda_gdn_mixer_clusters() { return cuda::project_gdn_max_clusters(); }
 
-bool cuda_device_available(std::string* why) {
+bool cuda_device_available(std::string* why, int device) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
@@ -34,8 +34,12 @@ bool cuda_device_available(std::string* why) {
     cudaGetLastError();
     return false;
   }
+  if (device < 0 || device >= n) {
+    if (why) *why = fmt::format("no CUDA device {} (this machine has {})", device, n);
+    return false;
+  }
   cudaDeviceProp prop{};
-  if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+  if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
     if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
     cudaGetLastError();
     return false;
@@ -664,7 +668,7 @@ class CudaBackend : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   std::string why;
-  if (!cuda_device_available(&why)) fail("{}", why);
+  if (!cuda_device_available(&why, device)) fail("{}", why);
   return std::make_unique<CudaBackend>(device);
 }
 

@@ -8,8 +8,9 @@
 
 namespace dq {
 
-// Whether a usable CUDA device is present; `why` says what is missing when it is not.
-bool cuda_device_available(std::string* why = nullptr);
+// Whether CUDA device `device` is present and can run the kernels (device_fit.h); `why` says
+// what is missing when it cannot.
+bool cuda_device_available(std::string* why = nullptr, int device = 0);
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // Clusters of the one-kernel GDN token mixer (op::ProjectGdn's decode) that the current device
 // holds at once; it runs only when every linear-attention head's cluster fits (2B: 16).
