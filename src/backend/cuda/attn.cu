@@ -448,8 +448,15 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
   }
   pdl_wait();
   if (trigger != 0) pdl_trigger();
-  if (skip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+  if (skip & 1) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
   if (!a.early) p = *a.pos + t;
+  // This thread's chain: head g's dim i. Its output gate comes in now, with the scores, rather
+  // than after the chain, where its load would be the last round trip to L2 before the exit
+  // (skip & 2, an A/B knob: loaded after the chain, as before session 33).
+  const int g = tid / kGroupDims, d = tid % kGroupDims, i = d0 + d;
+  const bool chain = tid < G * kGroupDims && i < hd;
+  const float* gate = a.qg + (size_t(t) * a.h + j * G + (g < G ? g : 0)) * 2 * hd + hd;
+  const float gate_v = chain && !(skip & 2) ? gate[i] : 0.0f;
   if (p < 0 || p >= a.max_ctx) {
     async_wait_all();
     return;
@@ -497,8 +504,6 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
     for (int k = tid; k < kGroupDims; k += kGroupThreads)
       if (d0 + k < hd) dst[k] = vbase[size_t(p) * stride + k];
   }
-  const int g = tid / kGroupDims, d = tid % kGroupDims, i = d0 + d;
-  const bool chain = tid < G * kGroupDims && i < hd;
   const float* ec_all = e_all + size_t(g < G ? g : 0) * ctx4;
   float acc = 0.0f;
   for (int c = 0; c < nchunks; ++c) {
@@ -518,11 +523,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
     }
     __syncthreads();  // the stage is refilled by the next iteration's issue
   }
-  if (chain) {
-    const int h = j * G + g;
-    const float* gate = a.qg + (size_t(t) * a.h + h) * 2 * hd + hd;
-    a.out[(size_t(t) * a.h + h) * hd + i] = (acc / zs[g]) * num::sigmoid(gate[i]);
-  }
+  if (chain) a.out[(size_t(t) * a.h + j * G + g) * hd + i] = (acc / zs[g]) * num::sigmoid(skip & 2 ? gate[i] : gate_v);
 }
 
 }  // namespace
@@ -576,7 +577,7 @@ void launch_attn(const AttnArgs& a, cudaStream_t s) {
       group_attr = true;
     }
     launch_kernel(table[stages == 16 ? 1 : 0][G == 1 ? 0 : G == 2 ? 1 : 2], dim3(a.T * a.hkv, a.hd / kGroupDims),
-                  kGroupThreads, group_smem, s, b, skip_v, trigger);
+                  kGroupThreads, group_smem, s, b, skip_v | late_loads(), trigger);
     return;
   }
   // The ring kernel when its ring and the context's weights fit in shared memory (DELTAQ_ATTN_RING=0: never).

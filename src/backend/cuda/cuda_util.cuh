@@ -123,6 +123,9 @@ __device__ __forceinline__ void tl_sm_at(unsigned tag) {
 // The kernel lab's ablation switch: DELTAQ_LAB_SKIP=gdn,attn makes those kernels return right
 // after their wait (results are then wrong), to see what they cost inside the decode step.
 bool lab_skip(const char* what);
+// 2 when DELTAQ_LATE_LOADS=1 (an A/B knob; results never depend on it): the GDN cluster kernel's
+// z and norm weight and attention's output gate loaded at the end, as before session 33.
+int late_loads();
 
 // Launches a kernel with the programmatic-serialization attribute (DELTAQ_PDL=0 turns it off).
 bool pdl_enabled();

@@ -327,6 +327,9 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     wv[j] = a.conv_w[size_t(chv) * KC + j];
   }
   const float A_neg = a.A_neg[hv], dt_bias = a.dt_bias[hv];
+  // CLUSTER: this lane's output channel lane + 32 sl; its norm weight now, its z with the
+  // projections below, so that no load waits behind the cluster barrier at the end.
+  [[maybe_unused]] const float gnorm = CLUSTER ? a.norm[c0 + lane] : 0.0f;
   // EARLY (GdnArgs::early): nothing since the stream was idle writes S or the conv state, so
   // both are read while the previous kernel still runs (2.3% faster decode on the H200).
   if (!EARLY) pdl_wait();
@@ -337,7 +340,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   constexpr int kParts = CW / 4;  // 16-byte pieces per row segment
   for (int c = lane; c < DK * kParts; c += 32)
     async_copy16(s_cols + (c / kParts) * CW + (c % kParts) * 4, Sg + size_t(c / kParts) * DK + (c % kParts) * 4);
-  if (skip) {  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
+  if (skip & 1) {  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
     async_wait_all();
     if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     return;
@@ -362,6 +365,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   }
   const float inv = a.mixed[chv];
   const float bt = a.b[hv], at_ = a.a[hv];
+  [[maybe_unused]] const float zv = CLUSTER ? a.z[size_t(hv) * DK + c0 + lane] : 0.0f;
   // The causal conv + SiLU (conv_kernel's order: chain over the state, then the input).
   auto conv = [](const float* w, const float* st, float in) {
     float acc = 0.0f;
@@ -487,7 +491,9 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     }
     const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
     const int v = c0 + lane;  // = lane + 32 sl
-    o_raw[v] = ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v]);
+    // (skip & 2, an A/B knob: z and the norm weight loaded here, as before session 33)
+    o_raw[v] = skip & 2 ? ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v])
+                        : ((ov[sl] * r) * gnorm) * num::silu(zv);
     if (hv % G == 0) keep_qk(mine);  // every block of the cluster read q's and k's conv state before the barrier
     DQ_SM(103);
     return;
@@ -537,7 +543,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   const bool split_ok = G == 1 || (G == 2 && grouped && cluster && si == 0);
   if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && split_ok && a.dk == 128 &&
       a.dv == 128 && a.K == 4) {
-    const int skip = lab_skip("gdn") ? 1 : 0;
+    const int skip = (lab_skip("gdn") ? 1 : 0) | late_loads();
     static const int trigger = env_int("DELTAQ_GDN_TRIGGER", 0);
     using K = void (*)(GdnArgs, int, int);
     static const K table[3][2] = {{split_kernel<4, 4, false>, split_kernel<4, 4, true>},

@@ -126,6 +126,11 @@ bool lab_skip(const char* what) {
   return env && std::string(env).find(what) != std::string::npos;
 }
 
+int late_loads() {
+  static const int v = env_int("DELTAQ_LATE_LOADS", 0) ? 2 : 0;
+  return v;
+}
+
 void launch_embed(const EmbedArgs& a, cudaStream_t s) {
   DQ_CHECK(!a.table.lanes, "embed: the table is in a products-only layout (Backend::product_matrix)");
   const int parts = std::min(64, (a.table.cols + kEmbedThreads - 1) / kEmbedThreads);
