@@ -91,7 +91,7 @@ __device__ __forceinline__ void chunk_pair(const uint32_t* wa, const unsigned sh
 // keeps its x units in registers (q4.cuh XRegs, dot2_reg, as the pipelined head does): the rows
 // then read only their weights and scales from shared memory.
 template <int STAGES, bool LANES, int NU = 0>
-__global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span, int skip_rows, int pre) {
+__global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int items, int span, int skip_rows) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_r;
   const int K = a.K, U = K / 8;
@@ -188,12 +188,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
   };
 
   pdl_trigger();
-  // The weights do not depend on earlier kernels: the first `pre` stages stream before the wait
-  // (launch_stages: STAGES - 1 unless DELTAQ_MV_PIPE_PRE says fewer), the rest of the first
-  // STAGES - 1 after it, so the count of commit groups before the loop is always STAGES - 1.
-  for (int s = 0; s < pre; ++s) issue(s);
+  // The weights do not depend on earlier kernels: the first stages stream before the wait.
+  for (int s = 0; s < STAGES - 1; ++s) issue(s);
   pdl_wait();
-  for (int s = pre; s < STAGES - 1; ++s) issue(s);
 
   // x after the wait, in one trip to L2: each thread loads its units (unit u is thread
   // u mod 512, up to three at once), a raw copy goes to shared memory when x is normalised, and
@@ -308,11 +305,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) pipe_kernel(ProjectArgs a, int
 template <int STAGES>
 void launch_stages(bool lanes, bool xregs, int blocks, size_t smem, cudaStream_t s, const ProjectArgs& a, int items,
                    int span) {
-  using Kernel = void (*)(ProjectArgs, int, int, int, int);
+  using Kernel = void (*)(ProjectArgs, int, int, int);
   static const int skip_rows = env_int("DELTAQ_MV_PIPE_SKIP", 0);
-  // Stages issued before the programmatic wait (an A/B knob; results never depend on it):
-  // their copies meet the previous kernel's last ones on the other SMs.
-  static const int pre = std::clamp(env_int("DELTAQ_MV_PIPE_PRE", STAGES - 1), 0, STAGES - 1);
   const Kernel k = xregs ? pipe_kernel<STAGES, false, 10> : lanes ? pipe_kernel<STAGES, true> : pipe_kernel<STAGES, false>;
   static bool attr_set = false;
   if (!attr_set) {
@@ -320,7 +314,7 @@ void launch_stages(bool lanes, bool xregs, int blocks, size_t smem, cudaStream_t
       DQ_CUDA_CHECK(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, 225 * 1024));
     attr_set = true;
   }
-  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span, skip_rows, pre);
+  launch_kernel(k, blocks, kWarps * 32, smem, s, a, items, span, skip_rows);
 }
 
 }  // namespace
