@@ -545,7 +545,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
       a.dv == 128 && a.K == 4) {
     const int skip = (lab_skip("gdn") ? 1 : 0) | late_loads();
     // When the out-projection may launch: at the start for the 2B's heads (trigger 1 measured
-    // -1.5% on the H200, session 12), after the wait for grouped heads, whose in-projection is the
+    // -1.5% on the H200, session 13), after the wait for grouped heads, whose in-projection is the
     // pipelined product filling its SM (4B +1.0%, 9B +0.45% on an H100, session 33).
     // DELTAQ_GDN_TRIGGER=0 or 1 overrides (results never depend on it).
     static const int trigger_env = env_int("DELTAQ_GDN_TRIGGER", -1);
