@@ -18,7 +18,14 @@ namespace dq::app {
 void EngineFlags::add(CLI::App* cmd, bool model_required) {
   auto* m = cmd->add_option("-m,--model", model, "model folder (config.json + safetensors)");
   if (model_required) m->required();
-  cmd->add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", device, "cpu, cuda (device 0) or cuda:N")->check([](const std::string& v) -> std::string {
+    try {
+      parse_device(v);
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
   cmd->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--kernels", kernels, "CPU kernels: auto, reference, generic, avx2, avx512")
       ->check(CLI::IsMember({"auto", "reference", "generic", "avx2", "avx512"}));

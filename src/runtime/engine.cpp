@@ -12,25 +12,37 @@
 
 namespace dq {
 
-bool cuda_available(std::string* why) {
+DeviceSpec parse_device(const std::string& device) {
+  if (device == "cpu") return {};
+  if (device == "cuda") return {true, 0};
+  if (device.starts_with("cuda:")) {
+    const std::string n = device.substr(5);
+    const bool digits = !n.empty() && n.size() <= 4 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits && std::stoi(n) < 1024) return {true, std::stoi(n)};
+  }
+  fail("unknown device '{}' (expected cpu, cuda, or cuda:N with N a CUDA device number)", device);
+}
+
+bool cuda_available(std::string* why, int device) {
 #if DELTAQ_HAVE_CUDA
-  return cuda_device_available(why);
+  return cuda_device_available(why, device);
 #else
+  (void)device;
   if (why) *why = "this build of deltaq has no CUDA backend (configure with -DDELTAQ_CUDA=ON where nvcc exists)";
   return false;
 #endif
 }
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& opt) {
-  if (opt.device == "cpu") return make_cpu_backend(opt.cpu_kernels, opt.threads);
-  if (opt.device == "cuda") {
-    std::string why;
-    if (!cuda_available(&why)) fail("--device cuda: {}", why);
+  const DeviceSpec d = parse_device(opt.device);
+  if (!d.cuda) return make_cpu_backend(opt.cpu_kernels, opt.threads);
+  std::string why;
+  if (!cuda_available(&why, d.index)) fail("--device {}: {}", opt.device, why);
 #if DELTAQ_HAVE_CUDA
-    return make_cuda_backend();
+  return make_cuda_backend(d.index);
+#else
+  fail("--device {}: this build has no CUDA backend", opt.device);  // (cuda_available said so)
 #endif
-  }
-  fail("unknown device '{}' (expected cpu or cuda)", opt.device);
 }
 
 std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions& opt) {

@@ -16,7 +16,7 @@
 namespace dq {
 
 struct EngineOptions {
-  std::string device = "cpu";  // "cpu" or "cuda"
+  std::string device = "cpu";  // "cpu", "cuda" (device 0) or "cuda:N" (parse_device)
   CpuKernels cpu_kernels = CpuKernels::Auto;
   int threads = 0;            // CPU threads, 0 = all
   int max_ctx = 4096;         // KV cache length (clamped to the model's max_position_embeddings)
@@ -24,9 +24,17 @@ struct EngineOptions {
   bool use_graph = true;      // replay the recorded decode step (off: issue its ops one by one)
 };
 
+// A --device value: "cpu", "cuda" (CUDA device 0) or "cuda:N" (device N, 0 <= N < 1024).
+struct DeviceSpec {
+  bool cuda = false;
+  int index = 0;  // the CUDA device number
+};
+// Throws dq::Error naming the value and the accepted forms when it is none of them.
+DeviceSpec parse_device(const std::string& device);
+
 // Makes the backend named by opt.device; throws dq::Error with a clear message when it is unavailable.
 std::unique_ptr<Backend> make_backend(const EngineOptions& opt);
-bool cuda_available(std::string* why = nullptr);
+bool cuda_available(std::string* why = nullptr, int device = 0);
 
 // A draw the engine makes on the backend: temperature and min-p over the whole row
 // (op::SampleDraw), or with top_k >= 1 (and top_p) from op::TopK's pairs (op::TopDraw).

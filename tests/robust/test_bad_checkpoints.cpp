@@ -282,6 +282,20 @@ TEST(Cli, BadIdsAndBadValuesExitOne) {
   EXPECT_NE(err.find("context is full"), std::string::npos) << err;
 }
 
+// --device: cpu, cuda or cuda:N; anything else is a usage error naming the value. A CUDA
+// device this machine lacks (CI has no GPU; a GPU machine has no device 7) is a clear error.
+TEST(Cli, DeviceValues) {
+  std::string err;
+  for (const char* bad : {"gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:1024", "cuda:0x1", "cuda:99999"}) {
+    EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 1 --device " + bad, &err), 2) << bad << ": " << err;
+    EXPECT_NE(err.find(std::string("'") + bad + "'"), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find("cuda:N"), std::string::npos) << bad << ": " << err;
+  }
+  EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 1 --device cuda:7", &err), 1) << err;
+  EXPECT_NE(err.find("--device cuda:7: "), std::string::npos) << err;
+  EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 1 --device cpu", &err), 0) << err;
+}
+
 TEST(Cli, TextCommands) {
   const std::string demo = std::string(DQ_SOURCE_DIR) + "/models/demo-fortunes/mlx-4bit";
   std::string out;

@@ -121,8 +121,9 @@ class CudaBackend;
 // rethrows launch errors and device-side input errors with the op names; wait() does both.
 class CudaQueue : public Queue {
  public:
-  CudaQueue(int num_sms, DeviceError* err_dev, volatile DeviceError* err_mirror)
-      : num_sms_(num_sms), err_dev_(err_dev), err_mirror_(err_mirror), trace_("cuda") {
+  CudaQueue(int device, int num_sms, DeviceError* err_dev, volatile DeviceError* err_mirror)
+      : device_(device), num_sms_(num_sms), err_dev_(err_dev), err_mirror_(err_mirror), trace_("cuda") {
+    bind_device(device_);
     DQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DQ_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     DQ_CUDA_CHECK(cudaMalloc(&argmax_key_, sizeof(unsigned long long)));
@@ -132,6 +133,7 @@ class CudaQueue : public Queue {
     timeline_start();
   }
   ~CudaQueue() override {
+    bind_device(device_);
     cudaStreamSynchronize(stream_);
     if (profile_.enabled()) {
       collect_profile();
@@ -150,6 +152,7 @@ class CudaQueue : public Queue {
   }
 
   void go(Op op) override {
+    bind_device(device_);
     if (capture_) {
       launch(op);
       capture_->ops.push_back(std::move(op));
@@ -172,6 +175,7 @@ class CudaQueue : public Queue {
   }
 
   void replay(const Graph& g) override {
+    bind_device(device_);
     open_segment();
     no_early_ = true;
     const auto& cg = static_cast<const CudaGraph&>(g);
@@ -190,6 +194,7 @@ class CudaQueue : public Queue {
   // 11.5 us a step on the H200, session 19.)
   uint64_t mark() override {
     if (!cur_open_) return last_mark_;
+    bind_device(device_);
     if (inflight_.size() >= kSegmentsMax) complete_front();
     cur_.id = ++last_mark_;
     cur_.done = take_event();
@@ -201,12 +206,14 @@ class CudaQueue : public Queue {
   }
 
   void wait_for(uint64_t m) override {
+    bind_device(device_);
     while (!inflight_.empty() && inflight_.front().id <= m) complete_front();
   }
 
   void wait() override { wait_for(mark()); }
 
   std::unique_ptr<Graph> capture(const std::function<void()>& issue) override {
+    bind_device(device_);
     auto g = std::make_unique<CudaGraph>();
     DQ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     capture_ = g.get();
@@ -514,6 +521,7 @@ class CudaQueue : public Queue {
   }
 
   cudaStream_t stream_ = nullptr;
+  int device_;
   int num_sms_;
   DeviceError* err_dev_;
   volatile DeviceError* err_mirror_;  // mapped host memory: the record as the kernels mirror it
@@ -543,7 +551,7 @@ class CudaQueue : public Queue {
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
-    DQ_CUDA_CHECK(cudaSetDevice(device));
+    bind_device(device);
     cudaDeviceProp prop{};
     DQ_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = prop.name;
@@ -553,6 +561,7 @@ class CudaBackend : public Backend {
     clear_device_error(err_dev_, err_mirror_);
   }
   ~CudaBackend() override {
+    bind_device(device_);
     cudaFree(err_dev_);
     cudaFreeHost(err_mirror_);
   }
@@ -561,6 +570,7 @@ class CudaBackend : public Backend {
   bool is_cpu() const override { return false; }
 
   Buffer alloc(size_t bytes, const std::string& name) override {
+    bind_device(device_);
     auto b = std::make_shared<DeviceStorage>();
     cudaError_t e = cudaMalloc(&b->ptr, bytes ? bytes : 16);
     if (e != cudaSuccess) {
@@ -578,6 +588,7 @@ class CudaBackend : public Backend {
     return b;
   }
   Buffer alloc_readback(size_t bytes, const std::string& name) override {
+    bind_device(device_);
     auto b = std::make_shared<MappedStorage>();
     if (cudaHostAlloc(&b->ptr, bytes ? bytes : 16, cudaHostAllocMapped) != cudaSuccess) {
       cudaGetLastError();
@@ -591,6 +602,7 @@ class CudaBackend : public Backend {
     return b;
   }
   Buffer upload(const void* host, size_t bytes, const std::string& name) override {
+    bind_device(device_);
     Buffer b = alloc(bytes, name);
     if (bytes) {
       DQ_CUDA_CHECK(cudaMemcpy(b->ptr, host, bytes, cudaMemcpyHostToDevice));
@@ -603,12 +615,13 @@ class CudaBackend : public Backend {
   Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void>, const std::string& name) override {
     return upload(host, bytes, name);  // uploaded once; the mapping can go
   }
-  std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(num_sms_, err_dev_, err_mirror_); }
+  std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(device_, num_sms_, err_dev_, err_mirror_); }
   size_t allocated_bytes() const override { return *allocated_; }
 
   // 4-bit matrices of the fast path (K a multiple of 2048 or K = 1024, power-of-two groups of 8
   // to 256, bf16 scales) in the lane layout (q4.cuh); DELTAQ_LANES=0 keeps the checkpoint's layout.
   Matrix product_matrix(const Matrix& m) override {
+    bind_device(device_);
     static const bool on = !(std::getenv("DELTAQ_LANES") && std::getenv("DELTAQ_LANES")[0] == '0');
     const int gs = m.group_size;
     if (!on || m.format != WFormat::Affine || m.bits != 4 || m.layout != WLayout::Rows || !lane_width(int(m.cols)) ||
@@ -628,6 +641,7 @@ class CudaBackend : public Backend {
   }
 
   double measure_bandwidth_gbps() override {
+    bind_device(device_);
     const size_t n = size_t(2) << 30;  // 2 GiB copied device to device; bytes read + written
     void *a = nullptr, *b = nullptr;
     if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) {

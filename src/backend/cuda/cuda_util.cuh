@@ -18,6 +18,20 @@
 
 namespace dq::cuda {
 
+// Makes `device` the calling thread's current CUDA device. The runtime keeps the current device
+// per thread, and the server's worker thread drives an engine opened on another thread: every
+// entry of the backend and its queue binds first (a thread-local compare when already bound).
+inline void bind_device(int device) {
+  thread_local int bound = -1;
+  if (bound == device) return;
+  if (cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    fail("cannot make CUDA device {} current", device);
+  }
+  bound = device;
+}
+
+
 // A launcher's tuning knob: the integer in environment variable `name`, or `dflt` when unset.
 inline int env_int(const char* name, int dflt) {
   const char* v = std::getenv(name);
