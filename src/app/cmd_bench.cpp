@@ -110,8 +110,10 @@ Command add_bench(CLI::App& app) {
                         "%.2f tok/s with top_k 20 too (drawn on the backend from the top 21); %.2f tok/s with T 0.7 alone "
                         "(drawn on the backend); context %d..%d\n",
                         n_sampled, tps_row, tps_top, tps_draw, sampled_ctx.first, sampled_ctx.second);
-            std::printf("bytes/token  %.1f MB (weights %.1f MB + state and KV cache)\n", bpt / 1e6,
-                        e->model().weights().matrix_bytes / 1e6);
+            // An untied embedding is in the weights but only one row of it is read a token.
+            std::printf("bytes/token  %.1f MB (weights %.1f MB, less an untied embedding's rows not read; "
+                        "+ state and KV cache)\n",
+                        bpt / 1e6, e->model().weights().matrix_bytes / 1e6);
             const double gbps = bpt * tps / 1e9;
             const double bw = e->backend().measure_bandwidth_gbps();
             std::printf("throughput   %.2f GB/s = %.1f%% of the %.2f GB/s read bandwidth measured now\n", gbps,
