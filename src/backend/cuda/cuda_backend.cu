@@ -133,7 +133,7 @@ class CudaQueue : public Queue {
     timeline_start();
   }
   ~CudaQueue() override {
-    bind_device(device_);
+    try_bind_device(device_);  // (a destructor does not throw; the frees below report nothing)
     cudaStreamSynchronize(stream_);
     if (profile_.enabled()) {
       collect_profile();
@@ -561,7 +561,7 @@ class CudaBackend : public Backend {
     clear_device_error(err_dev_, err_mirror_);
   }
   ~CudaBackend() override {
-    bind_device(device_);
+    try_bind_device(device_);
     cudaFree(err_dev_);
     cudaFreeHost(err_mirror_);
   }

@@ -21,16 +21,20 @@ namespace dq::cuda {
 // Makes `device` the calling thread's current CUDA device. The runtime keeps the current device
 // per thread, and the server's worker thread drives an engine opened on another thread: every
 // entry of the backend and its queue binds first (a thread-local compare when already bound).
-inline void bind_device(int device) {
+// try_bind_device is for destructors: false (the error cleared) where bind_device would throw.
+inline bool try_bind_device(int device) noexcept {
   thread_local int bound = -1;
-  if (bound == device) return;
+  if (bound == device) return true;
   if (cudaSetDevice(device) != cudaSuccess) {
     cudaGetLastError();
-    fail("cannot make CUDA device {} current", device);
+    return false;
   }
   bound = device;
+  return true;
 }
-
+inline void bind_device(int device) {
+  if (!try_bind_device(device)) fail("cannot make CUDA device {} current", device);
+}
 
 // A launcher's tuning knob: the integer in environment variable `name`, or `dflt` when unset.
 inline int env_int(const char* name, int dflt) {
