@@ -365,6 +365,10 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   }
   const float inv = a.mixed[chv];
   const float bt = a.b[hv], at_ = a.a[hv];
+  // The gates now: their serial chains (exp, log1p) overlap the conv's instead of following
+  // the column's load.
+  const float beta = num::sigmoid(bt);
+  const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
   [[maybe_unused]] const float zv = CLUSTER ? a.z[size_t(hv) * DK + c0 + lane] : 0.0f;
   // The causal conv + SiLU (conv_kernel's order: chain over the state, then the input).
   auto conv = [](const float* w, const float* st, float in) {
@@ -414,21 +418,22 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     return k;
   };
   [[maybe_unused]] const QkKeep mine = CLUSTER ? pick(sl) : QkKeep{};
+  DQ_MARK();
   // This lane's column of S into registers (the delta rule then reads no shared memory: a
   // single warp issues all of it, and its chains ran at the latency of the shared loads).
   async_wait_all();
   __syncwarp();
+  DQ_MARK();
   float col[DK];
   if (owner) {
 #pragma unroll
     for (int i = 0; i < DK; ++i) col[i] = s_cols[i * CW + lane];
   }
   __syncwarp();
-  const float beta = num::sigmoid(bt);
-  const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
   float* o_raw = a.out + size_t(hv) * DK;
   DQ_MARK();
   if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // all started
+  DQ_MARK();
   if (owner) {  // delta_rule_column's arithmetic, the column in registers
     // q and k in 16-byte loads (one instead of four per row: a single warp issues every
     // instruction of this phase, so their count is its time); the same chains, i increasing.
@@ -447,6 +452,10 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
       }
     }
     const float delta = beta * (uv - m);
+    DQ_MARK();
+    // The updated column stays in col and goes to S after o is pushed (until session 34 each
+    // element was stored inside this chain): the 128 stores a lane are then off the read-out's
+    // chain and overlap the wait for the other blocks' outputs.
     float o = 0.0f;
 #pragma unroll
     for (int i4 = 0; i4 < DK / 4; ++i4) {
@@ -455,11 +464,11 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * i4 + j;
-        const float c = fmaf(kk[j], delta, col[i]);
-        o = fmaf(c, qq[j], o);
-        Sg[size_t(i) * DK + lane] = c;
+        col[i] = fmaf(kk[j], delta, col[i]);
+        o = fmaf(col[i], qq[j], o);
       }
     }
+    DQ_MARK();
     if constexpr (CLUSTER) {
       cg::cluster_group cl = cg::this_cluster();
 #pragma unroll
@@ -467,6 +476,8 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     } else {
       o_raw[c0 + lane] = o;
     }
+#pragma unroll
+    for (int i = 0; i < DK; ++i) Sg[size_t(i) * DK + lane] = col[i];
   }
   DQ_MARK();
   // q's and k's conv output and rolled conv state for this lane's channels lane + 32 p.

@@ -272,6 +272,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     const float beta = f.gates[0], alpha = f.gates[1];
     normalise(f.ku, f.kn, false);
     __syncwarp();
+    DQ_MARK();
     const float4* col = reinterpret_cast<const float4*>(f.sS + (lane < CB ? lane : 0) * kST);
     const float4* kn4 = reinterpret_cast<const float4*>(f.kn);
     const float4* qn4 = reinterpret_cast<const float4*>(f.qn);
@@ -297,6 +298,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       delta = beta * (f.vloc[lane] - m);
       f.delta[lane] = delta;
     }
+    DQ_MARK();
     __syncwarp();
     asm volatile("bar.arrive 1, %0;" ::"n"(kAll) : "memory");
     asm volatile("bar.sync 2, 64;" ::: "memory");  // q normalised
