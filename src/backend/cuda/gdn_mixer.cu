@@ -80,6 +80,11 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = g.hv, C = 3 * H * kDK;
   const int c0 = sl * CB;  // this block's channels within the head, and its state columns
+  // mode bit 4 (DELTAQ_GDN_MIXER_STORES=1, an A/B knob): the other warps write the updated
+  // columns once warp 0 has pushed its outputs (they then overlap the wait for the head's
+  // outputs), not while warp 0 runs its second chain. The same values either way.
+  const bool stores_late = trigger & 4;
+  trigger &= 3;
   DQ_SM(121);
   // trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after x's
   // phase, 2 after the rows.
@@ -300,7 +305,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
     }
     DQ_MARK();
     __syncwarp();
-    asm volatile("bar.arrive 1, %0;" ::"n"(kAll) : "memory");
+    if (!stores_late) asm volatile("bar.arrive 1, %0;" ::"n"(kAll) : "memory");
     asm volatile("bar.sync 2, 64;" ::: "memory");  // q normalised
     DQ_MARK();
     if (lane < CB) {
@@ -320,6 +325,10 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
       }
 #pragma unroll
       for (int b = 0; b < SL; ++b) push_f32(&f.o_all[c0 + lane], b, o, &f.bar_o);
+    }
+    if (stores_late) {
+      __syncwarp();
+      asm volatile("bar.arrive 1, %0;" ::"n"(kAll) : "memory");
     }
   } else {
     if (warp == 1) {
@@ -435,7 +444,9 @@ bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) 
   // after the rows). DELTAQ_GDN_MIXER_TRIGGER=0 or 2 (an A/B knob; results never depend on it).
   static const int trigger = [] {
     const char* e = std::getenv("DELTAQ_GDN_MIXER_TRIGGER");
-    return e ? std::abs(std::atoi(e)) % 3 : 1;
+    const int t = e ? std::abs(std::atoi(e)) % 3 : 1;
+    const char* st = std::getenv("DELTAQ_GDN_MIXER_STORES");
+    return t | (st && st[0] == '1' ? 4 : 0);
   }();
   if (p.K == 2048) launch_width<2048>(warps, g.early, trigger, p, g, s);
   else launch_width<1024>(warps, g.early, trigger, p, g, s);
