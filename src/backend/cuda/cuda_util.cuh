@@ -73,6 +73,7 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 #ifndef DELTAQ_TIMELINE
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 #define DQ_MARK() ((void)0)
+#define DQ_TL_SLOTS() ((void)0)
 #define DQ_SM(tag) ((void)0)
 #else
 // The kernel lab's timeline (a build with -DDELTAQ_TIMELINE=ON): block 0 of every kernel records
@@ -82,7 +83,7 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // DELTAQ_TIMELINE_BLOCK=N makes block N (modulo each grid's size) the recorder instead, to see
 // how the blocks of a kernel differ (one that started late on a full SM, say).
 namespace {
-constexpr unsigned kTimelineMax = 1u << 17;
+constexpr unsigned kTimelineMax = 1u << 19;  // slots (24 B each), reserved ones included
 __device__ unsigned long long tl_rec[3 * kTimelineMax];
 __device__ unsigned tl_count;
 __device__ unsigned tl_block;
@@ -94,25 +95,59 @@ __device__ __forceinline__ unsigned long long global_ns() {
 __device__ __forceinline__ bool tl_recorder() {
   return blockIdx.x == tl_block % gridDim.x && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
 }
-__device__ __forceinline__ void tl_record(unsigned long long release, unsigned long long arrive, int line) {
-  const unsigned i = atomicAdd(&tl_count, 1u);
+__device__ __forceinline__ void tl_store(unsigned i, unsigned long long release, unsigned long long arrive, int line) {
   if (i < kTimelineMax) {
     tl_rec[3 * i] = release;
     tl_rec[3 * i + 1] = arrive;
     tl_rec[3 * i + 2] = (unsigned long long)line;
   }
 }
-__device__ __forceinline__ void pdl_wait_at(int line) {
-  const bool rec = tl_recorder();
+// A record's slot comes from an atomic on tl_count: an L2 round trip (0.3-0.5 us in a loaded
+// step) that must not sit between a record's time and the work after it, or every segment
+// timed from a record carries it (session 35: the marks inflated each segment by that much,
+// and the timeline build ran 14% slower than the engine). So a kernel that marks points
+// declares DQ_TL_SLOTS() at its top: its recorder reserves kTlSlots slots there, before its
+// wait, and each record is then a plain store. Kernels without it find the namespace's
+// tl_slots (no slots) and take their one slot with the atomic before the wait.
+constexpr unsigned kTlSlots = 16;
+struct TlSlots {
+  unsigned next, end;  // end 0: not the recorder
+};
+struct TlNoSlots {};
+__device__ TlNoSlots tl_slots;
+__device__ __forceinline__ TlSlots tl_reserve() {
+  TlSlots s{0, 0};
+  if (tl_recorder()) {
+    s.next = atomicAdd(&tl_count, kTlSlots);
+    s.end = s.next + kTlSlots;
+  }
+  return s;
+}
+__device__ __forceinline__ void pdl_wait_at(int line, TlSlots& s) {
+  const bool rec = s.end != 0;
   const unsigned long long t0 = rec ? global_ns() : 0;
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (rec) tl_record(global_ns(), t0, line);
+  if (rec && s.next < s.end) tl_store(s.next++, global_ns(), t0, line);
+}
+__device__ __forceinline__ void pdl_wait_at(int line, TlNoSlots&) {
+  const bool rec = tl_recorder();
+  const unsigned i = rec ? atomicAdd(&tl_count, 1u) : 0u;  // before the wait (see above)
+  const unsigned long long t0 = rec ? global_ns() : 0;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (rec) tl_store(i, global_ns(), t0, line);
 }
 // A point inside a kernel (thread 0 of block 0 passing it), printed like a kernel of its own.
-__device__ __forceinline__ void tl_mark_at(int line) {
-  if (tl_recorder()) {
+__device__ __forceinline__ void tl_mark_at(int line, TlSlots& s) {
+  if (s.end != 0 && s.next < s.end) {
     const unsigned long long t = global_ns();
-    tl_record(t, t, line);
+    tl_store(s.next++, t, t, line);
+  }
+}
+__device__ __forceinline__ void tl_mark_at(int line, TlNoSlots&) {
+  if (tl_recorder()) {
+    const unsigned i = atomicAdd(&tl_count, 1u);
+    const unsigned long long t = global_ns();
+    tl_store(i, t, t, line);
   }
 }
 // Where blocks run (DELTAQ_TIMELINE_SM=FILE): thread 0 of every block records the time, its SM
@@ -133,8 +168,9 @@ __device__ __forceinline__ void tl_sm_at(unsigned tag) {
   }
 }
 }  // namespace
-#define pdl_wait() pdl_wait_at(__LINE__)
-#define DQ_MARK() tl_mark_at(__LINE__)
+#define pdl_wait() pdl_wait_at(__LINE__, tl_slots)
+#define DQ_MARK() tl_mark_at(__LINE__, tl_slots)
+#define DQ_TL_SLOTS() TlSlots tl_slots = tl_reserve()
 #define DQ_SM(tag) tl_sm_at(tag)
 #endif
 
@@ -325,7 +361,8 @@ inline void tl_collect(std::vector<TimelineRecord>* out, const char* file) {
   n = n < kTimelineMax ? n : kTimelineMax;
   std::vector<unsigned long long> r(3 * size_t(n));
   if (n && cudaMemcpyFromSymbol(r.data(), tl_rec, r.size() * 8) != cudaSuccess) return;
-  for (unsigned i = 0; i < n; ++i) out->push_back({r[3 * i], r[3 * i + 1], int(r[3 * i + 2]), file});
+  for (unsigned i = 0; i < n; ++i)  // (line 0: a reserved slot its kernel did not use)
+    if (r[3 * i + 2] != 0) out->push_back({r[3 * i], r[3 * i + 1], int(r[3 * i + 2]), file});
 }
 inline void tl_set_block(unsigned b) { cudaMemcpyToSymbol(tl_block, &b, sizeof b); }
 inline void tl_sm_collect(std::vector<SmRecord>* out, const char* file) {

@@ -181,6 +181,7 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
 template <int KC>
 __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
   constexpr int DK = 128;
+  DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   pdl_trigger();
   __shared__ float qn[DK], kn[DK], ob[DK], slot[4];
   const int hv = blockIdx.x, H = a.hv;
@@ -295,6 +296,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   using QkKeep = QkKeepT<KC>;
   static_assert(CW <= 32 && DK % SL == 0, "one lane per column");
   static_assert(!CLUSTER || SL == 4, "the cluster finisher gives block sl the channels lane + 32 sl");
+  DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   DQ_SM(101);  // (the kernel lab's SM record: this block started; 103 below: it ends)
   if (trigger == 0) pdl_trigger();
   // CLUSTER: this block has started (a block's shared memory may be written by the others only
@@ -365,10 +367,6 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   }
   const float inv = a.mixed[chv];
   const float bt = a.b[hv], at_ = a.a[hv];
-  // The gates now: their serial chains (exp, log1p) overlap the conv's instead of following
-  // the column's load.
-  const float beta = num::sigmoid(bt);
-  const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
   [[maybe_unused]] const float zv = CLUSTER ? a.z[size_t(hv) * DK + c0 + lane] : 0.0f;
   // The causal conv + SiLU (conv_kernel's order: chain over the state, then the input).
   auto conv = [](const float* w, const float* st, float in) {
@@ -430,6 +428,8 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     for (int i = 0; i < DK; ++i) col[i] = s_cols[i * CW + lane];
   }
   __syncwarp();
+  const float beta = num::sigmoid(bt);
+  const float alpha = num::exp(A_neg * num::softplus(at_ + dt_bias));
   float* o_raw = a.out + size_t(hv) * DK;
   DQ_MARK();
   if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // all started
@@ -453,9 +453,6 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     }
     const float delta = beta * (uv - m);
     DQ_MARK();
-    // The updated column stays in col and goes to S after o is pushed (until session 34 each
-    // element was stored inside this chain): the 128 stores a lane are then off the read-out's
-    // chain and overlap the wait for the other blocks' outputs.
     float o = 0.0f;
 #pragma unroll
     for (int i4 = 0; i4 < DK / 4; ++i4) {
@@ -464,8 +461,9 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * i4 + j;
-        col[i] = fmaf(kk[j], delta, col[i]);
-        o = fmaf(col[i], qq[j], o);
+        const float c = fmaf(kk[j], delta, col[i]);
+        o = fmaf(c, qq[j], o);
+        Sg[size_t(i) * DK + lane] = c;
       }
     }
     DQ_MARK();
@@ -476,8 +474,6 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     } else {
       o_raw[c0 + lane] = o;
     }
-#pragma unroll
-    for (int i = 0; i < DK; ++i) Sg[size_t(i) * DK + lane] = col[i];
   }
   DQ_MARK();
   // q's and k's conv output and rolled conv state for this lane's channels lane + 32 p.

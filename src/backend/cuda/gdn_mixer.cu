@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   // outputs), not while warp 0 runs its second chain. The same values either way.
   const bool stores_late = trigger & 4;
   trigger &= 3;
+  DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   DQ_SM(121);
   // trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after x's
   // phase, 2 after the rows.

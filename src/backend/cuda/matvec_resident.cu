@@ -109,6 +109,7 @@ __host__ __device__ __forceinline__ int first_item(int b, int blocks, int items,
 template <int WARPS, int MINB, bool FAST, int GSHIFT = -1, bool LANES = false, int KC = 0>
 __global__ void __launch_bounds__(WARPS * 32, MINB) resident_kernel(ProjectArgs a, int gs, int items, int skip, int trigger, int tail) {
   extern __shared__ __align__(128) unsigned char smem[];
+  DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   constexpr int kMax = ProjectArgs::kMax;
   const int K = KC > 0 ? KC : a.K, U = K / 8, G = GSHIFT >= 0 ? K >> GSHIFT : K / gs;
   const int gs_shift = GSHIFT >= 0 ? GSHIFT : a.m[0].gs_shift;
