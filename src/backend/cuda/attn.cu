@@ -448,15 +448,15 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
   }
   pdl_wait();
   if (trigger != 0) pdl_trigger();
-  if (skip & 1) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
+  if (skip & kLabSkip) return;  // the kernel lab only (DELTAQ_LAB_SKIP=attn)
   if (!a.early) p = *a.pos + t;
   // This thread's chain: head g's dim i. Its output gate comes in now, with the scores, rather
   // than after the chain, where its load would be the last round trip to L2 before the exit
-  // (skip & 2, an A/B knob: loaded after the chain, as before session 33).
+  // (kLabLateLoads, an A/B knob: loaded after the chain, as before session 33).
   const int g = tid / kGroupDims, d = tid % kGroupDims, i = d0 + d;
   const bool chain = tid < G * kGroupDims && i < hd;
   const float* gate = a.qg + (size_t(t) * a.h + j * G + (g < G ? g : 0)) * 2 * hd + hd;
-  const float gate_v = chain && !(skip & 2) ? gate[i] : 0.0f;
+  const float gate_v = chain && !(skip & kLabLateLoads) ? gate[i] : 0.0f;
   if (p < 0 || p >= a.max_ctx) {
     async_wait_all();
     return;
@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1) softmax_v_group_kernel(AttnA
     }
     __syncthreads();  // the stage is refilled by the next iteration's issue
   }
-  if (chain) a.out[(size_t(t) * a.h + j * G + g) * hd + i] = (acc / zs[g]) * num::sigmoid(skip & 2 ? gate[i] : gate_v);
+  if (chain) a.out[(size_t(t) * a.h + j * G + g) * hd + i] = (acc / zs[g]) * num::sigmoid(skip & kLabLateLoads ? gate[i] : gate_v);
 }
 
 }  // namespace

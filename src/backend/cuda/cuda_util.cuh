@@ -174,12 +174,14 @@ __device__ __forceinline__ void tl_sm_at(unsigned tag) {
 #define DQ_SM(tag) tl_sm_at(tag)
 #endif
 
-// The kernel lab's ablation switch: DELTAQ_LAB_SKIP=gdn,attn makes those kernels return right
-// after their wait (results are then wrong), to see what they cost inside the decode step.
+// The kernel lab's flags, one word a kernel argument ("skip") for the kernels that take both:
+// kLabSkip: DELTAQ_LAB_SKIP=gdn,attn makes those kernels return right after their wait (results
+// are then wrong), to see what they cost inside the decode step;
+// kLabLateLoads: DELTAQ_LATE_LOADS=1 (an A/B knob; results never depend on it): the GDN cluster
+// kernel's z and norm weight and attention's output gate loaded at the end, as before session 33.
+enum : int { kLabSkip = 1, kLabLateLoads = 2 };
 bool lab_skip(const char* what);
-// 2 when DELTAQ_LATE_LOADS=1 (an A/B knob; results never depend on it): the GDN cluster kernel's
-// z and norm weight and attention's output gate loaded at the end, as before session 33.
-int late_loads();
+int late_loads();  // kLabLateLoads when DELTAQ_LATE_LOADS=1, else 0
 
 // Launches a kernel with the programmatic-serialization attribute (DELTAQ_PDL=0 turns it off).
 bool pdl_enabled();

@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
   constexpr int kParts = CW / 4;  // 16-byte pieces per row segment
   for (int c = lane; c < DK * kParts; c += 32)
     async_copy16(s_cols + (c / kParts) * CW + (c % kParts) * 4, Sg + size_t(c / kParts) * DK + (c % kParts) * 4);
-  if (skip & 1) {  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
+  if (skip & kLabSkip) {  // the kernel lab only (DELTAQ_LAB_SKIP=gdn): results are then wrong
     async_wait_all();
     if constexpr (CLUSTER) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     return;
@@ -498,8 +498,8 @@ __global__ void __launch_bounds__(32) split_kernel(GdnArgs a, int skip, int trig
     }
     const float r = num::rms_inv(warp_butterfly(ss), DK, a.eps);
     const int v = c0 + lane;  // = lane + 32 sl
-    // (skip & 2, an A/B knob: z and the norm weight loaded here, as before session 33)
-    o_raw[v] = skip & 2 ? ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v])
+    // (kLabLateLoads, an A/B knob: z and the norm weight loaded here, as before session 33)
+    o_raw[v] = skip & kLabLateLoads ? ((ov[sl] * r) * a.norm[v]) * num::silu(a.z[size_t(hv) * DK + v])
                         : ((ov[sl] * r) * gnorm) * num::silu(zv);
     if (hv % G == 0) keep_qk(mine);  // every block of the cluster read q's and k's conv state before the barrier
     DQ_SM(103);
@@ -550,7 +550,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   const bool split_ok = G == 1 || (G == 2 && grouped && cluster && si == 0);
   if (fused && a.T == 1 && split > 1 && a.counters && a.hv <= kGdnCounterSlots && split_ok && a.dk == 128 &&
       a.dv == 128 && a.K == 4) {
-    const int skip = (lab_skip("gdn") ? 1 : 0) | late_loads();
+    const int skip = (lab_skip("gdn") ? kLabSkip : 0) | late_loads();
     // When the out-projection may launch: at the start for the 2B's heads (trigger 1 measured
     // -1.5% on the H200, session 13), after the wait for grouped heads, whose in-projection is the
     // pipelined product filling its SM (4B +1.0%, 9B +0.45% on an H100, session 33).

@@ -71,7 +71,7 @@ constexpr size_t mixer_smem_bytes() {
 
 // W warps: 8, 9 (block 0's extra pair, b and a, then adds no round of rows) or 11 (3 rounds).
 template <int SL, bool EARLY, int W, int K>
-__global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g, int trigger) {
+__global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs g, int trigger, bool stores_late) {
   constexpr int kWarps = W, kK = K, kU = Width<K>::U, kG = Width<K>::G;
   constexpr uint32_t kWRow = Width<K>::WRow, kSRow = Width<K>::SRow;
   constexpr int CB = kDK / SL, ROWS = 4 * CB + 2;
@@ -80,12 +80,10 @@ __global__ void __launch_bounds__(W * 32, 2) mixer_kernel(ProjectArgs p, GdnArgs
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hv = blockIdx.x / SL, sl = blockIdx.x % SL, H = g.hv, C = 3 * H * kDK;
   const int c0 = sl * CB;  // this block's channels within the head, and its state columns
-  // mode bit 4 (the default; DELTAQ_GDN_MIXER_STORES=0 clears it): the other warps write the
+  // stores_late (the default; DELTAQ_GDN_MIXER_STORES=0 clears it): the other warps write the
   // updated columns once warp 0 has pushed its outputs (they then overlap the wait for the
   // head's outputs), not while warp 0 runs its second chain; the same values either way
   // (H100, session 35 runs 1-2: +0.18% and +0.17%, 3 rounds each, every round ahead).
-  const bool stores_late = trigger & 4;
-  trigger &= 3;
   DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   DQ_SM(121);
   // trigger: when the next kernel (the out-projection) may launch: 0 at the start, 1 after x's
@@ -403,12 +401,13 @@ int max_clusters() {
 
 // The kernel for the launch's warps a block, K and whether the state may be read early.
 template <int K>
-void launch_width(int warps, bool early, int trigger, const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) {
-  using Kernel = void (*)(ProjectArgs, GdnArgs, int);
+void launch_width(int warps, bool early, int trigger, bool stores_late, const ProjectArgs& p, const GdnArgs& g,
+                  cudaStream_t s) {
+  using Kernel = void (*)(ProjectArgs, GdnArgs, int, bool);
   const Kernel k = warps == 8    ? (early ? mixer_kernel<kSL, true, 8, K> : mixer_kernel<kSL, false, 8, K>)
                    : warps == 11 ? (early ? mixer_kernel<kSL, true, 11, K> : mixer_kernel<kSL, false, 11, K>)
                                  : (early ? mixer_kernel<kSL, true, 9, K> : mixer_kernel<kSL, false, 9, K>);
-  launch_kernel_in(kSL, k, g.hv * kSL, warps * 32, mixer_smem_bytes<kSL, K>(), s, p, g, trigger);
+  launch_kernel_in(kSL, k, g.hv * kSL, warps * 32, mixer_smem_bytes<kSL, K>(), s, p, g, trigger, stores_late);
 }
 
 }  // namespace
@@ -444,14 +443,10 @@ bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s) 
   }();
   // After x's phase (H200, session 14 run 8: 1146.2 tok/s against 1140.7 at the start and 1094.2
   // after the rows). DELTAQ_GDN_MIXER_TRIGGER=0 or 2 (an A/B knob; results never depend on it).
-  static const int trigger = [] {
-    const char* e = std::getenv("DELTAQ_GDN_MIXER_TRIGGER");
-    const int t = e ? std::abs(std::atoi(e)) % 3 : 1;
-    const char* st = std::getenv("DELTAQ_GDN_MIXER_STORES");
-    return t | (st && st[0] == '0' ? 0 : 4);
-  }();
-  if (p.K == 2048) launch_width<2048>(warps, g.early, trigger, p, g, s);
-  else launch_width<1024>(warps, g.early, trigger, p, g, s);
+  static const int trigger = std::abs(env_int("DELTAQ_GDN_MIXER_TRIGGER", 1)) % 3;
+  static const bool stores_late = env_int("DELTAQ_GDN_MIXER_STORES", 1) != 0;
+  if (p.K == 2048) launch_width<2048>(warps, g.early, trigger, stores_late, p, g, s);
+  else launch_width<1024>(warps, g.early, trigger, stores_late, p, g, s);
   return true;
 }
 

@@ -127,7 +127,7 @@ bool lab_skip(const char* what) {
 }
 
 int late_loads() {
-  static const int v = env_int("DELTAQ_LATE_LOADS", 0) ? 2 : 0;
+  static const int v = env_int("DELTAQ_LATE_LOADS", 0) ? kLabLateLoads : 0;
   return v;
 }
 
