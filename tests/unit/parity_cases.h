@@ -47,6 +47,11 @@ struct Rig {
       for (int k = 0; k < 8; ++k) wide[k] = d(rng) * 1e-9f;
       wide[rng() % 8] = 3.0e12f;
       wide[rng() % 8] = -0x1p21f;
+      if (n >= 64) {  // the integer scale's ends: values that round to +-2^22, and ties (to even)
+        float* top = unit();
+        const float edge[8] = {0x1.fffffep0f, -0x1.fffffep0f, 0x1.4p-20f, -0x1.4p-20f, 0x1.cp-20f, 0x1p-22f, -0x1.8p-21f, 0.0f};
+        for (int k = 0; k < 8; ++k) top[k] = edge[k];
+      }
     }
     return Ref{ref->upload(v.data(), n * 4, "x")};
   }
