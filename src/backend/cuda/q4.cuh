@@ -101,38 +101,9 @@ __device__ __forceinline__ float unit_sum(float4 v0, float4 v1) {
 // in the two words the dot reads per unit:
 //   a = {h of inputs 0,2 | h of 4,6 | h of 1,3 | h of 5,7} (two 16-bit halves each, lower first),
 //   b = {l of inputs 0,2,4,6 | l of 1,3,5,7 | step (float bits) | 0}.
-// numerics.h's quantize_unit, the same numbers by cheaper instructions: rint(v) for |v| <= 2^22
-// as (v + 1.5 * 2^23) rounded to float (to nearest even, as rintf; the sum lies in [2^23, 2^24],
-// where a float's step is 1), read back from the sum's bits, instead of the float-to-integer
-// conversion (a quarter-rate instruction with a long latency, eight a unit).
-__device__ __forceinline__ num::UnitInts quantize_unit_dev(const float (&x)[8]) {
-  num::UnitInts q{};
-  uint32_t mbits = 0;
-  bool finite = true;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const uint32_t b = __float_as_uint(x[k]) & 0x7FFFFFFFu;
-    finite = finite && b < 0x7F800000u;
-    mbits = b > mbits ? b : mbits;
-  }
-  const uint32_t eb = mbits >> 23;
-  if (!finite) {
-    q.step = NAN;
-  } else if (eb < 27) {
-    q.step = 0.0f;
-  } else {
-    const float up = __uint_as_float((275u - eb) << 23);  // 2^(21-E)
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      q.xi[k] = int32_t(__float_as_uint(__fadd_rn(__fmul_rn(x[k], up), 12582912.0f))) - 0x4B400000;
-    q.step = __uint_as_float((eb - 21u) << 23);  // 2^(E-21)
-  }
-  return q;
-}
-
 __device__ __forceinline__ void make_unit_q4(float4 v0, float4 v1, uint4& a, uint4& b) {
   const float x[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-  const num::UnitInts q = quantize_unit_dev(x);
+  const num::UnitInts q = num::quantize_unit(x);
   uint32_t h[4] = {0, 0, 0, 0}, l[2] = {0, 0};
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
