@@ -30,6 +30,7 @@ void EngineFlags::add(CLI::App* cmd, bool model_required) {
   cmd->add_option("--kernels", kernels, "CPU kernels: auto, reference, generic, avx2, avx512")
       ->check(CLI::IsMember({"auto", "reference", "generic", "avx2", "avx512"}));
   cmd->add_option("--ctx", ctx, "context length (KV cache size)")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--prefill-chunk", prefill_chunk, "prompt tokens per prefill forward")->check(CLI::Range(1, 1 << 16));
 }
 
 EngineOptions EngineFlags::options() const {
@@ -38,6 +39,7 @@ EngineOptions EngineFlags::options() const {
   o.cpu_kernels = parse_cpu_kernels(kernels);
   o.threads = threads;
   o.max_ctx = ctx;
+  o.prefill_chunk = prefill_chunk;
   return o;
 }
 

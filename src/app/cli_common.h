@@ -17,6 +17,7 @@ struct EngineFlags {
   std::string kernels = "auto";
   int threads = 0;
   int ctx = 4096;
+  int prefill_chunk = 64;
   void add(CLI::App* cmd, bool model_required = true);
   EngineOptions options() const;
 };
