@@ -143,6 +143,10 @@ TEST(CudaParity, TallProject) {
   tall_project_cases(t);
   decode_shape_cases(t);
 }
+TEST(CudaParity, PrefillShapes) {
+  auto t = cuda_target();
+  prefill_shape_cases(t);
+}
 TEST(CudaParity, FamilyShapes) {
   auto t = cuda_target();
   family_shape_cases(t);

@@ -368,6 +368,41 @@ inline void swiglu_product_cases(std::vector<Target>& targets) {
   }
 }
 
+// A prefill chunk's products at the 2B's shapes (CUDA: the prefill kernel, a warp's four rows
+// against a tile of up to 8 tokens): token counts that fill no tile, one and several, the whole
+// default chunk (64), in the products' layout (K = 2048 and 6144), with the in-projections' four
+// matrices (16-row b and a), gate/up, down's residual add, and inputs with the unit's edge
+// values (with_tiny). Large: the GPU suite runs them.
+inline void prefill_shape_cases(std::vector<Target>& targets) {
+  Rig rig;
+  const int D = 2048, I = 6144;
+  Matrix qkv = rig.matrix(WFormat::Affine, I, D), z = rig.matrix(WFormat::Affine, D, D),
+         b = rig.matrix(WFormat::Affine, 16, D), a = rig.matrix(WFormat::Affine, 16, D);
+  Matrix gate = rig.matrix(WFormat::Affine, I, D), up = rig.matrix(WFormat::Affine, I, D),
+         down = rig.matrix(WFormat::Affine, D, I);
+  Ref norm = rig.floats(D);
+  for (int T : {2, 5, 8, 13, 64}) {
+    const std::string n = " T=" + std::to_string(T);
+    Ref x = rig.inputs(size_t(T) * D, true), xi = rig.inputs(size_t(T) * I, true);
+    std::vector<Ref> ys = {rig.zeros(size_t(T) * I * 4), rig.zeros(size_t(T) * D * 4), rig.zeros(size_t(T) * 16 * 4),
+                           rig.zeros(size_t(T) * 16 * 4)};
+    check(rig, targets, ys, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Project{g.map(x), g.map(norm), 1e-6f,
+                            {g.map_product(qkv), g.map_product(z), g.map_product(b), g.map_product(a)},
+                            {o[0], o[1], o[2], o[3]}, 4, T});
+    }, "prefill in-projections" + n);
+    check(rig, targets, {rig.zeros(size_t(T) * I * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::SwiGLU{g.map(x), g.map(norm), 1e-6f, g.map_product(gate), g.map_product(up), o[0], T});
+    }, "prefill gate/up" + n);
+    check(rig, targets, {rig.inputs(size_t(T) * D)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::ProjectAdd{g.map(xi), g.map_product(down), o[0], T});
+    }, "prefill down" + n);
+    check(rig, targets, {rig.zeros(size_t(T) * 16 * 4)}, [&](Target& g, const std::vector<Ref>& o) {
+      return Op(op::Project{g.map(x), Ref{}, 1e-6f, {g.map_product(b)}, {o[0]}, 1, T});
+    }, "prefill 16 rows, no norm" + n);
+  }
+}
+
 // Tall 4-bit products (the CUDA output-head kernel takes 32768 rows and more, K <= 2048): group
 // sizes 32/64/128, with and without the fused norm, one and two tokens.
 inline void tall_project_cases(std::vector<Target>& targets) {

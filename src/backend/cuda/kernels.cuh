@@ -50,6 +50,10 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
 // block's rows fitting in shared memory. Returns false (nothing launched) when it does not apply.
 // fast_only: only its fast path (bf16 scales, K a multiple of 2048).
 bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s, bool fast_only = false);
+// The prefill variant (matvec_prefill.cu): T >= 2 tokens, 4-bit matrices with bf16 scales and
+// power-of-two groups of 8 to 256; a warp carries four rows against a tile of tokens. Returns
+// false when it does not apply or unless DELTAQ_MV_PREFILL=1 (off by default until measured).
+bool launch_project_prefill(const ProjectArgs& a, int num_sms, cudaStream_t s);
 // The tall-product variant (matvec_head.cu): one 4-bit matrix of many rows, K <= 2048, x kept
 // in registers. Returns false when it does not apply.
 bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s);
