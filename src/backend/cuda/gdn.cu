@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
   constexpr int DK = 128;
   DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   pdl_trigger();
-  __shared__ __align__(16) float qn[DK], kn[DK], ob[DK], slot[4];
+  __shared__ __align__(PIPE ? 16 : 4) float qn[DK], kn[DK], ob[DK], slot[4];  // PIPE: 16-byte loads
   const int hv = blockIdx.x, H = a.hv;
   const int C = 3 * H * DK;
   const int v = threadIdx.x;
