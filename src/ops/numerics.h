@@ -173,7 +173,7 @@ struct UnitInts {
 
 // rint(v) for |v| <= 2^22 (to nearest, ties to even, as rintf) without a float-to-integer
 // conversion (on CUDA a quarter-rate instruction with a long latency, eight a unit): v + 1.5 * 2^23
-// lies in [2^23, 2^24), where a float's step is 1, so the sum's rounding is rint's and its low
+// lies in [2^23, 2^24], where a float's step is 1, so the sum's rounding is rint's and its low
 // mantissa bits are the integer plus 2^22. v is x * 2^(21-E), exact (a power of two) unless it
 // is far below 1/2, so a fused multiply-add gives the same sum.
 DQ_HD int32_t rint_unit_int(float v) {

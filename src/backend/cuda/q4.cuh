@@ -119,9 +119,9 @@ __device__ __forceinline__ void make_unit_q4(float4 v0, float4 v1, uint4& a, uin
 // p = float(Σ_k q_k xi_k) * step for one 4-bit word: the low and high nibbles (0..15, so they are
 // the same as signed bytes) against h in dp2a (two 16-bit by 8-bit products each) and against l
 // in dp4a, then h's sum * 2^8 + l's sum: exact in int32 (|Σ| < 2^29), so any grouping gives the
-// same integer. Then one rounding to float and an exact scaling.
-// The same with the word's nibbles already split (lo = w & 0x0F0F0F0F, hi = (w >> 4) & 0x0F0F0F0F):
-// the prefill kernel splits a word once for several tokens.
+// same integer. Then one rounding to float and an exact scaling. unit_q4_nibbles takes the word's
+// nibbles already split (lo = w & 0x0F0F0F0F, hi = (w >> 4) & 0x0F0F0F0F): the prefill kernel
+// splits a word once for several tokens.
 __device__ __forceinline__ float unit_q4_nibbles(int lo, int hi, uint4 a, uint4 b) {
   const int sh = __dp2a_hi(int(a.w), hi, __dp2a_lo(int(a.z), hi, __dp2a_hi(int(a.y), lo, __dp2a_lo(int(a.x), lo, 0))));
   const int sl = __dp4a(hi, int(b.y), __dp4a(lo, int(b.x), 0));
