@@ -296,6 +296,31 @@ TEST(Cli, DeviceValues) {
   EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 1 --device cpu", &err), 0) << err;
 }
 
+// --prefill-chunk: out of range or not a number is a usage error naming the option; any chunk
+// gives the same logits (prefill in chunks equals token by token).
+TEST(Cli, PrefillChunk) {
+  std::string err;
+  for (const char* bad : {"0", "-3", "x", "65537"}) {
+    EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 1 --prefill-chunk " + bad, &err), 2) << bad << ": " << err;
+    EXPECT_NE(err.find("--prefill-chunk"), std::string::npos) << bad << ": " << err;
+  }
+  auto hash = [](const std::string& chunk) {
+    const std::string cmd = std::string(DQ_BUILD_DIR) + "/deltaq run -m " + kSrc +
+                            " --ids 5,17,42,7,99,3,250,8,11 -n 4 --hash-logits --prefill-chunk " + chunk + " 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    pclose(p);
+    const size_t at = out.find("logits hash ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  const std::string one = hash("1");
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(hash("4"), one);
+  EXPECT_EQ(hash("64"), one);
+}
+
 TEST(Cli, TextCommands) {
   const std::string demo = std::string(DQ_SOURCE_DIR) + "/models/demo-fortunes/mlx-4bit";
   std::string out;
