@@ -466,9 +466,12 @@ inline void gdn_cases(std::vector<Target>& targets) {
   // Hk == Hv with 128-dim heads (the 0.8B and 2B): CUDA's fused kernel (T > 1) and its split
   // decode kernel (T == 1), at 4 heads and at the 2B's 16. Hv == 2 Hk with 128-dim heads (the
   // 4B and 9B: 16 key heads, 32 value heads): at T == 1 the split kernel's grouped clusters.
+  // With 128-dim heads and T >= 2, CUDA's prefill scan (gdn_prefill.cu): T = 2 takes the new conv
+  // state partly from the old, T = 20 and 33 cross staging groups and wrap the ring.
   for (D d : {D{2, 4, 32, 32}, D{1, 1, 8, 16}, D{4, 4, 64, 64}, D{2, 4, 128, 128}, D{3, 6, 24, 40}, D{4, 4, 128, 128},
               D{16, 16, 128, 128}, D{16, 32, 128, 128}})
-    for (int T : {1, 3, 7}) {
+    for (int T : {1, 2, 3, 7, 20, 33}) {
+      if (T > 7 && d.dk != 128) continue;  // CUDA's prefill scan stages 8 tokens a group, 3 in a ring
       GdnDims g{d.hk, d.hv, d.dk, d.dv, 4, 1e-6f};
       const int C = g.conv_channels(), VD = g.value_dim();
       Ref mixed = rig.inputs(size_t(T) * C), z = rig.inputs(size_t(T) * VD), b = rig.floats(size_t(T) * d.hv, 2.f),

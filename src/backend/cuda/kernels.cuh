@@ -89,6 +89,9 @@ struct GdnArgs {
 };
 constexpr int kGdnCounterSlots = 1024;
 void launch_gdn(const GdnArgs& a, cudaStream_t s);
+// Prefill (T >= 2) of 128-dim heads with conv kernel 4 in three kernels (gdn_prefill.cu): a
+// per-token prep, a barrier-free scan per value head, the gated norm. False when shapes do not apply.
+bool launch_gdn_prefill(const GdnArgs& a, cudaStream_t s);
 // op::ProjectGdn's decode in one kernel (gdn_mixer.cu): p the in-projections (y = g's mixed,
 // z, b, a), g the token mixer. Returns false (nothing launched) when its shapes do not apply.
 bool launch_project_gdn(const ProjectArgs& p, const GdnArgs& g, cudaStream_t s);
