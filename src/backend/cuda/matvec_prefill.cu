@@ -217,10 +217,10 @@ void launch_tt(const ProjectArgs& a, int gshift, int num_sms, cudaStream_t s, si
 }  // namespace
 
 bool launch_project_prefill(const ProjectArgs& a, int num_sms, cudaStream_t s) {
-  // Off by default until a GPU run has checked this version (docs/bench.md, session 37):
-  // DELTAQ_MV_PREFILL=1 turns it on.
-  static const int mode = env_int("DELTAQ_MV_PREFILL", 0);
-  if (!mode || a.T < 2 || a.n < 1) return false;
+  // On for chunks of 8 tokens or more (with the GDN scan, the 2B's prefill 1.4-1.55x on an H100,
+  // session 38; 6 tokens measured 5% slower). DELTAQ_MV_PREFILL=0 turns it off, =1 on from 2 tokens.
+  static const int mode = env_int("DELTAQ_MV_PREFILL", -1);
+  if (mode == 0 || a.T < (mode == 1 ? 2 : 8) || a.n < 1) return false;
   const MatDev& m0 = a.m[0];
   const int K = a.K;
   for (int i = 0; i < a.n; ++i) {
