@@ -148,6 +148,7 @@ class CudaQueue : public Queue {
     cudaFree(gdn_counters_);
     if (topk_scratch_) cudaFree(topk_scratch_);
     if (draw_scratch_) cudaFree(draw_scratch_);
+    if (mma_scratch_) cudaFree(mma_scratch_);
     cudaStreamDestroy(stream_);
   }
 
@@ -377,7 +378,25 @@ class CudaQueue : public Queue {
     a.epi = Epilogue::Store;
     return a;
   }
-  void launch_one(const op::Project& o) { launch_project(project_args(o), num_sms_, stream_); }
+  // A product: a prefill chunk's (T >= 2, outside a graph capture) gets the queue's scratch
+  // when the tensor-core kernel is on (it needs some).
+  void product(ProjectArgs a) {
+    const size_t bytes = a.T >= 2 && !capture_ ? project_mma_scratch_bytes(a.T, a.K) : 0;
+    if (bytes > 0) {
+      if (bytes > mma_bytes_) {  // grow the scratch (nothing in flight may use the old one)
+        DQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        if (mma_scratch_) cudaFree(mma_scratch_);
+        mma_scratch_ = nullptr;
+        mma_bytes_ = 0;
+        DQ_CUDA_CHECK(cudaMalloc(&mma_scratch_, bytes));
+        mma_bytes_ = bytes;
+      }
+      a.scratch = mma_scratch_;
+      a.scratch_bytes = mma_bytes_;
+    }
+    launch_project(a, num_sms_, stream_);
+  }
+  void launch_one(const op::Project& o) { product(project_args(o)); }
   void launch_one(const op::ProjectAdd& o) {
     ProjectArgs a;
     a.x = o.x.as<float>();
@@ -386,7 +405,7 @@ class CudaQueue : public Queue {
     a.n = 1;
     a.m[0] = mat_dev(o.w, o.acc.as<float>());
     a.epi = Epilogue::Add;
-    launch_project(a, num_sms_, stream_);
+    product(a);
   }
   void launch_one(const op::SwiGLU& o) {
     ProjectArgs a;
@@ -399,7 +418,7 @@ class CudaQueue : public Queue {
     a.m[0] = mat_dev(o.gate, o.out.as<float>());
     a.m[1] = mat_dev(o.up, nullptr);
     a.epi = Epilogue::SwiGLU;
-    launch_project(a, num_sms_, stream_);
+    product(a);
   }
   GdnArgs gdn_args(const op::GdnCore& o) {
     GdnArgs a{o.d.n_k_heads, o.d.n_v_heads, o.d.k_dim, o.d.v_dim, o.d.conv_kernel, o.d.norm_eps,
@@ -418,7 +437,7 @@ class CudaQueue : public Queue {
     const ProjectArgs p = project_args(o.proj);
     const GdnArgs g = gdn_args(o.core);
     if (launch_project_gdn(p, g, stream_)) return;
-    launch_project(p, num_sms_, stream_);
+    product(p);
     launch_gdn(g, stream_);
   }
   void launch_one(const op::AttnCore& o) {
@@ -541,6 +560,8 @@ class CudaQueue : public Queue {
   unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
   void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums
   size_t draw_bytes_ = 0;
+  void* mma_scratch_ = nullptr;                  // the tensor-core prefill products' x (matvec_mma.cu)
+  size_t mma_bytes_ = 0;
   size_t topk_keys_ = 0;
   WaitTrace trace_;
   CudaGraph* capture_ = nullptr;

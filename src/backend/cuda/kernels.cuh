@@ -43,6 +43,9 @@ struct ProjectArgs {
   int n = 1;
   MatDev m[kMax];  // for SwiGLU: m[0] gate (its y is the output), m[1] up
   Epilogue epi = Epilogue::Store;
+  // Device scratch the queue lends a prefill chunk's products (the tensor-core kernel's x), or null.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 
 void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
@@ -54,6 +57,11 @@ bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStre
 // power-of-two groups of 8 to 256; a warp carries four rows against a tile of tokens. Returns
 // false when it does not apply or unless DELTAQ_MV_PREFILL=1 (off by default until measured).
 bool launch_project_prefill(const ProjectArgs& a, int num_sms, cudaStream_t s);
+// The tensor-core prefill variant (matvec_mma.cu): T >= 2 tokens, 4-bit matrices in the lane
+// layout with bf16 scales and power-of-two groups, K <= 8192, a.scratch of at least
+// project_mma_scratch_bytes(T, K). Returns false when it does not apply or unless DELTAQ_MV_MMA=1.
+bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s);
+size_t project_mma_scratch_bytes(int T, int K);
 // The tall-product variant (matvec_head.cu): one 4-bit matrix of many rows, K <= 2048, x kept
 // in registers. Returns false when it does not apply.
 bool launch_project_head(const ProjectArgs& a, int num_sms, cudaStream_t s);

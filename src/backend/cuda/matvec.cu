@@ -288,6 +288,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   // on the 0.8B's layers it also beat the resident kernel's general path, 941 against 912 tok/s,
   // and lost to the register head kernel, docs/bench.md session 27); then the general kernels.
   // DELTAQ_MV_PIPE=2 puts the pipelined product first (tests).
+  if (gs && a.T >= 2 && launch_project_mma(a, num_sms, s)) return;      // a prefill chunk
   if (gs && a.T >= 2 && launch_project_prefill(a, num_sms, s)) return;  // a prefill chunk
   if (gs && project_pipe_mode() == 2 && launch_project_pipe(a, num_sms, s)) return;
   if (gs && launch_project_head(a, num_sms, s)) return;          // tall 4-bit head, x in registers
