@@ -122,40 +122,6 @@ __device__ __forceinline__ float delta_rule_column(float (&col)[DK], const float
   return o;
 }
 
-// delta_rule_column's arithmetic and order with k and q read four at a time (kn, qn 16-byte
-// aligned shared memory): a quarter of the loads on the chains' path (the prefill kernel's
-// tokens run back to back, every token's chains on the critical path).
-template <int DK>
-__device__ __forceinline__ float delta_rule_column_v4(float (&col)[DK], const float* kn, const float* qn,
-                                                      float alpha, float beta, float vv) {
-  const float4* k4 = reinterpret_cast<const float4*>(kn);
-  const float4* q4 = reinterpret_cast<const float4*>(qn);
-  float m = 0.0f;
-#pragma unroll
-  for (int j = 0; j < DK / 4; ++j) {
-    const float4 k = k4[j];
-    const float kk[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      col[4 * j + e] = alpha * col[4 * j + e];
-      m = fmaf(col[4 * j + e], kk[e], m);
-    }
-  }
-  const float delta = beta * (vv - m);
-  float o = 0.0f;
-#pragma unroll
-  for (int j = 0; j < DK / 4; ++j) {
-    const float4 k = k4[j], q = q4[j];
-    const float kk[4] = {k.x, k.y, k.z, k.w}, qq[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      col[4 * j + e] = fmaf(kk[e], delta, col[4 * j + e]);
-      o = fmaf(col[4 * j + e], qq[e], o);
-    }
-  }
-  return o;
-}
-
 // The common case (Dk a compile-time 128 or 64): thread v keeps column v of S in registers;
 // all its loads are issued at once, S is read once and written once per step.
 template <int DK>
@@ -212,14 +178,13 @@ __global__ void __launch_bounds__(256) head_kernel_reg(GdnArgs a) {
 // programmatic-launch wait the block only prefetches its state into L2 (the values are read
 // after the wait, when the previous step's writes are certain to be complete) and loads the
 // conv weights, which no kernel writes.
-// PIPE (DELTAQ_GDN_PREFILL_PIPE=1; built, not yet measured, off by default): token t + 1's
-// inputs are loaded during token t, and k and q are read four at a time (delta_rule_column_v4).
-template <int KC, bool PIPE = false>
+// Prefill runs gdn_prefill.cu's scan instead unless DELTAQ_GDN_SCAN=0.
+template <int KC>
 __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
   constexpr int DK = 128;
   DQ_TL_SLOTS();  // (the timeline build: the recorder's slots, reserved before the wait)
   pdl_trigger();
-  __shared__ __align__(PIPE ? 16 : 4) float qn[DK], kn[DK], ob[DK], slot[4];  // PIPE: 16-byte loads
+  __shared__ float qn[DK], kn[DK], ob[DK], slot[4];
   const int hv = blockIdx.x, H = a.hv;
   const int C = 3 * H * DK;
   const int v = threadIdx.x;
@@ -249,21 +214,12 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
 #pragma unroll
   for (int i = 0; i < DK; ++i) col[i] = Sg[i * DK + v];
   const float scale = 1.0f / sqrtf(float(DK));
-  // PIPE: token t's inputs are loaded during token t - 1 (their round trip off the chain's path).
-  float in_next[3], bt_next = 0.0f, at_next = 0.0f, zv_next = 0.0f;
-  auto load_inputs = [&](int t) {
-#pragma unroll
-    for (int c = 0; c < 3; ++c) in_next[c] = a.mixed[size_t(t) * C + ch[c]];
-    bt_next = a.b[size_t(t) * H + hv];
-    at_next = a.a[size_t(t) * H + hv];
-    zv_next = a.z[size_t(t) * H * DK + size_t(hv) * DK + v];
-  };
-  if (PIPE) load_inputs(0);
   for (int t = 0; t < a.T; ++t) {
-    if (!PIPE) load_inputs(t);
-    const float in[3] = {in_next[0], in_next[1], in_next[2]};
-    const float bt = bt_next, at_ = at_next, zv = zv_next;
-    if (PIPE && t + 1 < a.T) load_inputs(t + 1);
+    float in[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) in[c] = a.mixed[size_t(t) * C + ch[c]];
+    const float bt = a.b[size_t(t) * H + hv], at_ = a.a[size_t(t) * H + hv];
+    const float zv = a.z[size_t(t) * H * DK + size_t(hv) * DK + v];
     const size_t at = size_t(t) * H * DK + size_t(hv) * DK + v;
     float uc[3];
 #pragma unroll
@@ -291,8 +247,7 @@ __global__ void __launch_bounds__(128) fused_kernel(GdnArgs a, int skip) {
     const float g = A_neg * num::softplus(at_ + dt_bias);
     const float alpha = num::exp(g);
     if (t == 0) DQ_MARK();
-    if constexpr (PIPE) ob[v] = delta_rule_column_v4<DK>(col, kn, qn, alpha, beta, uc[2]);
-    else ob[v] = delta_rule_column<DK>(col, kn, qn, alpha, beta, uc[2]);
+    ob[v] = delta_rule_column<DK>(col, kn, qn, alpha, beta, uc[2]);
     __syncthreads();
     if (t == 0) DQ_MARK();
     const float r = num::rms_inv(block_sum_squares(ob, DK, slot + 2), DK, a.eps);
@@ -620,8 +575,7 @@ void launch_gdn(const GdnArgs& a, cudaStream_t s) {
   static const bool scan = env_int("DELTAQ_GDN_SCAN", 1) != 0;
   if (scan && a.T >= 2 && launch_gdn_prefill(a, s)) return;
   if (fused && a.hk == a.hv && a.dk == 128 && a.dv == 128 && a.K == 4) {
-    static const bool pipe = env_int("DELTAQ_GDN_PREFILL_PIPE", 0) != 0;
-    launch_kernel(pipe ? fused_kernel<4, true> : fused_kernel<4, false>, a.hv, 128, 0, s, a, lab_skip("gdn") ? 1 : 0);
+    launch_kernel(fused_kernel<4>, a.hv, 128, 0, s, a, lab_skip("gdn") ? 1 : 0);
     return;
   }
   const int C = 2 * a.hk * a.dk + a.hv * a.dv;
