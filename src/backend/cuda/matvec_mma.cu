@@ -152,6 +152,7 @@ __device__ __forceinline__ Slot slot_at(const ProjectArgs& a, int flat, int tota
 // Grid: token blocks (kTok tokens, fastest) x row blocks (kWarps m-tiles). SwiGLU: an m-tile is
 // 8 output rows, its gate rows in slot 0 and up rows in slot 1 (a thread has both of its
 // output). Otherwise 16 rows of the launch's matrices in order.
+template <int N>  // units a lane in a chunk: 8 (K a multiple of 2048), 4 (K = 1024)
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch sc, int gshift, int mtiles, int total) {
   extern __shared__ uint4 smem4[];
   const int K = a.K, U = K / 8, UP = U / 32, G = K >> gshift;
@@ -197,7 +198,6 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
   float fin[2][2 * kNT];
   const int tok0 = tb * kTok;
   stage(0, 0);
-#pragma unroll
   for (int s = 0; s < 32; ++s) {
     const int p = rev5(s), buf = s & 1;
     if (s + 1 < 32) {
@@ -214,24 +214,31 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
       for (int j = 0; j < 2 * kNT; ++j) acc[k][j] = 0.0f;
     const uint2* fb = frag + size_t(buf) * kNT * UP * 32;
     const float* sb = steps + size_t(buf) * kNT * UP * 8;
-#pragma unroll 1
-    for (int i = 0; i < UP; ++i) {
-      const int u = p + 32 * i;
-      const int wi = lane_word(u), si = lane_scale((u * 8) >> gshift, gshift, G);
-      const uint32_t a0 = nibble_pair(__ldg(sl[0].w + wi), t), a1 = nibble_pair(__ldg(sl[1].w + wi), t);
-      const float s0 = __uint_as_float(uint32_t(__ldg(sl[0].s + si)) << 16);
-      const float s1 = __uint_as_float(uint32_t(__ldg(sl[1].s + si)) << 16);
+    // A chunk of 2048 inputs (N = 8 units of lane p; K = 1024: one half chunk, N = 4): the
+    // rows' words and scales of lane p in 16-byte loads (q4.cuh's lane layout), then a k-step a unit.
+    for (int base = 0; base < U; base += 32 * N) {
+      uint32_t w0[8], w1[8], sw0[4], sw1[4];
+      lane_chunk_words<N>(sl[0].w + base, p, w0);
+      lane_chunk_words<N>(sl[1].w + base, p, w1);
+      lane_chunk_scales<N>(sl[0].s + ((base * 8) >> gshift), gshift, p, sw0);
+      lane_chunk_scales<N>(sl[1].s + ((base * 8) >> gshift), gshift, p, sw1);
 #pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-        const uint2 b = fb[(n * UP + i) * 32 + lane];
-        const float2 st = reinterpret_cast<const float2*>(sb + (n * UP + i) * 8)[t];
-        float ch[4], cl[4];
-        mma_16x8x8(ch, a0, a1, b.x);
-        mma_16x8x8(cl, a0, a1, b.y);
-        acc[0][2 * n] = fmaf(s0, fmaf(ch[0], 2048.0f, cl[0]) * st.x, acc[0][2 * n]);
-        acc[0][2 * n + 1] = fmaf(s0, fmaf(ch[1], 2048.0f, cl[1]) * st.y, acc[0][2 * n + 1]);
-        acc[1][2 * n] = fmaf(s1, fmaf(ch[2], 2048.0f, cl[2]) * st.x, acc[1][2 * n]);
-        acc[1][2 * n + 1] = fmaf(s1, fmaf(ch[3], 2048.0f, cl[3]) * st.y, acc[1][2 * n + 1]);
+      for (int i = 0; i < N; ++i) {
+        const int ui = base / 32 + i;  // the pass's k-step: unit p + 32 ui
+        const uint32_t a0 = nibble_pair(w0[i], t), a1 = nibble_pair(w1[i], t);
+        const float s0 = lane_chunk_scale(sw0, i), s1 = lane_chunk_scale(sw1, i);
+#pragma unroll
+        for (int n = 0; n < kNT; ++n) {
+          const uint2 b = fb[(n * UP + ui) * 32 + lane];
+          const float2 st = reinterpret_cast<const float2*>(sb + (n * UP + ui) * 8)[t];
+          float ch[4], cl[4];
+          mma_16x8x8(ch, a0, a1, b.x);
+          mma_16x8x8(cl, a0, a1, b.y);
+          acc[0][2 * n] = fmaf(s0, fmaf(ch[0], 2048.0f, cl[0]) * st.x, acc[0][2 * n]);
+          acc[0][2 * n + 1] = fmaf(s0, fmaf(ch[1], 2048.0f, cl[1]) * st.y, acc[0][2 * n + 1]);
+          acc[1][2 * n] = fmaf(s1, fmaf(ch[2], 2048.0f, cl[2]) * st.x, acc[1][2 * n]);
+          acc[1][2 * n + 1] = fmaf(s1, fmaf(ch[3], 2048.0f, cl[3]) * st.y, acc[1][2 * n + 1]);
+        }
       }
     }
     // Lane p's value: its chain plus its bias terms (groups p, p + 32, ... in order), then into
@@ -245,16 +252,10 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
         for (int gg = p; gg < G; gg += 32)
           bl = fmaf(__uint_as_float(uint32_t(__ldg(sl[k].b + gg)) << 16), sc.xg[size_t(tok) * G + gg], bl);
         float v = acc[k][j] + bl;
-#pragma unroll
-        for (int lv = 0; lv < 5; ++lv) {
-          if ((s >> lv) & 1) {
-            v = pend[lv][k][j] + v;
-          } else {
-            pend[lv][k][j] = v;
-            break;
-          }
-        }
-        if (s == 31) fin[k][j] = v;
+        int lv = 0;
+        for (; lv < 5 && ((s >> lv) & 1); ++lv) v = pend[lv][k][j] + v;
+        if (lv < 5) pend[lv][k][j] = v;
+        else fin[k][j] = v;  // s = 31: the butterfly's result
       }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
@@ -313,13 +314,9 @@ bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const Scratch sc = scratch_of(a.scratch, a.T, K);
   launch_kernel(xprep_kernel, tblocks * kTok, 128, 0, s, a, sc, gshift);
   const size_t smem = size_t(2) * kNT * UP * (32 * sizeof(uint2) + 8 * sizeof(float));
-  static bool attr_set = false;
-  if (!attr_set) {
-    DQ_CUDA_CHECK(cudaFuncSetAttribute(mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
-    attr_set = true;
-  }
   const int rblocks = (mtiles + kWarps - 1) / kWarps;
-  launch_kernel(mma_kernel, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
+  if (K == 1024) launch_kernel(mma_kernel<4>, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
+  else launch_kernel(mma_kernel<8>, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
   return true;
 }
 
