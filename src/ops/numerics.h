@@ -213,6 +213,13 @@ DQ_HD void split_limbs(int32_t xi, int32_t* l1, int32_t* l2, int32_t* l3) {
   *l1 = (r - b) / 256;
 }
 
+// xi = h * 2^11 + l with |h| <= 2048 and -1024 <= l < 1024 (|xi| <= 2^22): both exact in f16, the
+// form CUDA's tensor-core prefill takes (8 products q h, or q l, sum below 2^18: exact in f32).
+DQ_HD void split_halves(int32_t xi, int32_t* h, int32_t* l) {
+  *h = (xi + 1024) >> 11;  // floor
+  *l = xi - *h * 2048;
+}
+
 // p = float(Σ_k q_k xi_k) * step, q_k the nibbles of `word` (LSB first).
 DQ_HD float unit_dot_q4(uint32_t word, const UnitInts& q) {
   int32_t t = 0;

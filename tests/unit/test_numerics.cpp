@@ -92,6 +92,43 @@ TEST(Numerics, ButterflyOrderIsTheWarpOrder) {
 // The 4-bit unit dot in integers (numerics.h quantize_unit / unit_dot_q4): the integers stay
 // within the bounds that make the sums exact, the limbs rebuild them, and the result is within
 // the rounding the scheme allows of the exact dot (double precision).
+// CUDA's tensor-core prefill (matvec_mma.cu) takes the unit's integer from two f16 products:
+// sum_k q_k h_k and sum_k q_k l_k in f32, then fmaf(sh, 2^11, sl). That must be the one rounding of
+// the exact integer that unit_dot_q4 makes: h and l exact halves, each sum exact in f32.
+TEST(Numerics, UnitDotFromHalvesEqualsTheIntegerUnit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n;
+  auto half_exact = [](int32_t v) { return v >= -2048 && v <= 2048; };  // every integer of f16's range here
+  for (int rep = 0; rep < 200000; ++rep) {
+    float x[8];
+    for (float& v : x) v = n(rng) * std::exp2(float(int(rng() % 60) - 30));
+    if (rep % 7 == 0) x[rng() % 8] = (rng() & 1 ? 1.0f : -1.0f) * 0x1p10f;  // the largest at 2^22 exactly
+    const num::UnitInts q = num::quantize_unit(x);
+    const uint32_t word = rep % 5 == 0 ? 0xFFFFFFFFu : uint32_t(rng());
+    int64_t sh = 0, sl = 0;
+    for (int k = 0; k < 8; ++k) {
+      int32_t h, l;
+      num::split_halves(q.xi[k], &h, &l);
+      ASSERT_EQ(h * 2048 + l, q.xi[k]);
+      ASSERT_TRUE(half_exact(h) && l >= -1024 && l < 1024) << q.xi[k];
+      const int qk = int((word >> (4 * k)) & 15u);
+      sh += int64_t(qk) * h;
+      sl += int64_t(qk) * l;
+    }
+    ASSERT_LT(std::llabs(sh), int64_t(1) << 24);  // exact in f32 whatever the order of the sum
+    ASSERT_LT(std::llabs(sl), int64_t(1) << 24);
+    const float p = std::fmaf(float(sh), 2048.0f, float(sl)) * q.step;
+    const float want = num::unit_dot_q4(word, q);
+    ASSERT_EQ(std::memcmp(&p, &want, 4), 0) << rep << ": " << p << " vs " << want;
+  }
+  for (int32_t v : {1 << 22, -(1 << 22), (1 << 22) - 1, -(1 << 22) + 1, 1023, 1024, -1024, -1025, 0, 2047, -2049}) {
+    int32_t h, l;
+    num::split_halves(v, &h, &l);
+    EXPECT_EQ(h * 2048 + l, v);
+    EXPECT_TRUE(half_exact(h) && l >= -1024 && l < 1024) << v;
+  }
+}
+
 TEST(Numerics, UnitIntegersAreBoundedAndCloseToTheInputs) {
   std::mt19937 rng(5);
   std::normal_distribution<float> n;

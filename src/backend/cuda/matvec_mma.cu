@@ -93,10 +93,7 @@ __global__ void __launch_bounds__(128) xprep_kernel(ProjectArgs a, Scratch sc, i
       const num::UnitInts q = num::quantize_unit(xv);
       int h[8], l[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        h[j] = (q.xi[j] + 1024) >> 11;  // floor: l in [-1024, 1023], |h| <= 2048
-        l[j] = q.xi[j] - h[j] * 2048;
-      }
+      for (int j = 0; j < 8; ++j) num::split_halves(q.xi[j], &h[j], &l[j]);
       const size_t at = (size_t(tile) * 32 + (u & 31)) * UP + (u >> 5);
 #pragma unroll
       for (int tt = 0; tt < 4; ++tt)
