@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -99,13 +100,18 @@ TEST(Numerics, UnitDotFromHalvesEqualsTheIntegerUnit) {
   std::mt19937 rng(11);
   std::normal_distribution<float> n;
   auto half_exact = [](int32_t v) { return v >= -2048 && v <= 2048; };  // every integer of f16's range here
+  int edge = 0;
   for (int rep = 0; rep < 200000; ++rep) {
     float x[8];
     for (float& v : x) v = n(rng) * std::exp2(float(int(rng() % 60) - 30));
-    if (rep % 7 == 0) x[rng() % 8] = (rng() & 1 ? 1.0f : -1.0f) * 0x1p10f;  // the largest at 2^22 exactly
+    if (rep % 7 == 0) {  // the largest just below 2^11 (and above the rest): its integer rounds up to 2^22
+      for (float& v : x) v = std::fmod(v, 1024.0f);
+      x[rng() % 8] = (rng() & 1 ? 1.0f : -1.0f) * std::nextafter(2048.0f, 0.0f);
+    }
     const num::UnitInts q = num::quantize_unit(x);
     const uint32_t word = rep % 5 == 0 ? 0xFFFFFFFFu : uint32_t(rng());
     int64_t sh = 0, sl = 0;
+    if (rep % 7 == 0) edge += std::find(q.xi, q.xi + 8, 1 << 22) != q.xi + 8 || std::find(q.xi, q.xi + 8, -(1 << 22)) != q.xi + 8;
     for (int k = 0; k < 8; ++k) {
       int32_t h, l;
       num::split_halves(q.xi[k], &h, &l);
@@ -121,6 +127,7 @@ TEST(Numerics, UnitDotFromHalvesEqualsTheIntegerUnit) {
     const float want = num::unit_dot_q4(word, q);
     ASSERT_EQ(std::memcmp(&p, &want, 4), 0) << rep << ": " << p << " vs " << want;
   }
+  EXPECT_GT(edge, 20000);  // units whose integer reached +-2^22 (h = +-2048) were among them
   for (int32_t v : {1 << 22, -(1 << 22), (1 << 22) - 1, -(1 << 22) + 1, 1023, 1024, -1024, -1025, 0, 2047, -2049}) {
     int32_t h, l;
     num::split_halves(v, &h, &l);
