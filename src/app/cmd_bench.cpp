@@ -108,7 +108,7 @@ Command add_bench(CLI::App& app) {
                         c.hidden_size, c.vocab_size);
             std::printf("backend      %s%s\n", e->backend().name().c_str(), *no_graph ? ", ops one by one" : ", graph replay");
             std::printf("prefill      %d tokens in %.3f s: %.1f tok/s (chunks of %d; the first feed took %.3f s)\n",
-                        *prompt, prefill_s, *prompt / prefill_s, opt.prefill_chunk, first_feed_s);
+                        *prompt, prefill_s, *prompt / prefill_s, e->prefill_chunk(), first_feed_s);
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, end_pos);
             if (!*no_sampled)

@@ -20,7 +20,7 @@ struct EngineOptions {
   CpuKernels cpu_kernels = CpuKernels::Auto;
   int threads = 0;            // CPU threads, 0 = all
   int max_ctx = 4096;         // KV cache length (clamped to the model's max_position_embeddings)
-  int prefill_chunk = 64;     // tokens per prefill forward
+  int prefill_chunk = 0;      // tokens per prefill forward; 0: 256 on CUDA, 64 on the CPU
   bool use_graph = true;      // replay the recorded decode step (off: issue its ops one by one)
 };
 
@@ -53,6 +53,8 @@ class Engine {
 
   const Checkpoint& checkpoint() const { return ck_; }
   const ModelConfig& config() const { return ck_.config(); }
+  // Tokens per prefill forward (EngineOptions::prefill_chunk, 0 resolved by the backend).
+  int prefill_chunk() const { return opt_.prefill_chunk; }
   const Qwen35& model() const { return *model_; }
   Backend& backend() { return *be_; }
   Queue& queue() { return *q_; }

@@ -297,10 +297,10 @@ TEST(Cli, DeviceValues) {
 }
 
 // --prefill-chunk: out of range or not a number is a usage error naming the option; any chunk
-// gives the same logits (prefill in chunks equals token by token).
+// gives the same logits (prefill in chunks equals token by token), 0 (the backend's) too.
 TEST(Cli, PrefillChunk) {
   std::string err;
-  for (const char* bad : {"0", "-3", "x", "65537"}) {
+  for (const char* bad : {"-3", "x", "65537", "1.5"}) {
     EXPECT_EQ(run_cli("run -m " + kSrc + " --ids 1 -n 1 --prefill-chunk " + bad, &err), 2) << bad << ": " << err;
     EXPECT_NE(err.find("--prefill-chunk"), std::string::npos) << bad << ": " << err;
   }
@@ -319,6 +319,7 @@ TEST(Cli, PrefillChunk) {
   ASSERT_FALSE(one.empty());
   EXPECT_EQ(hash("4"), one);
   EXPECT_EQ(hash("64"), one);
+  EXPECT_EQ(hash("0"), one);
 }
 
 TEST(Cli, TextCommands) {
