@@ -298,7 +298,8 @@ bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   for (int i = 0; i < a.n; ++i) {
     const MatDev& m = a.m[i];
     if (m.fmt != WFmt::Affine || m.bits != 4 || m.sdt != SDt::BF16 || m.gs != m0.gs || m.gs_shift < 3 ||
-        m.gs_shift > 8 || !m.lanes || m.cols != K)
+        m.gs_shift > 8 || !m.lanes || m.cols != K || reinterpret_cast<uintptr_t>(m.w) % 16 ||
+        reinterpret_cast<uintptr_t>(m.s) % 16 || reinterpret_cast<uintptr_t>(m.b) % 2)
       return false;
   }
   if (a.epi == Epilogue::SwiGLU && (a.n != 2 || a.m[1].rows != m0.rows)) return false;
