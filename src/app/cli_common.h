@@ -17,7 +17,7 @@ struct EngineFlags {
   std::string kernels = "auto";
   int threads = 0;
   int ctx = 4096;
-  int prefill_chunk = 0;  // 0: the backend's (256 on CUDA, 64 on the CPU)
+  int prefill_chunk = 0;  // 0: the backend's (64 for now)
   void add(CLI::App* cmd, bool model_required = true);
   EngineOptions options() const;
 };
