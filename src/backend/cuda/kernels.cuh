@@ -55,7 +55,8 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s);
 bool launch_project_resident(const ProjectArgs& a, int gs, int num_sms, cudaStream_t s, bool fast_only = false);
 // The prefill variant (matvec_prefill.cu): T >= 2 tokens, 4-bit matrices with bf16 scales and
 // power-of-two groups of 8 to 256; a warp carries four rows against a tile of tokens. Returns
-// false when it does not apply or unless DELTAQ_MV_PREFILL=1 (off by default until measured).
+// false when it does not apply, below 8 tokens (DELTAQ_MV_PREFILL=1: from 2) or with
+// DELTAQ_MV_PREFILL=0.
 bool launch_project_prefill(const ProjectArgs& a, int num_sms, cudaStream_t s);
 // The tensor-core prefill variant (matvec_mma.cu): T >= 2 tokens, 4-bit matrices in the lane
 // layout with bf16 scales and power-of-two groups, K <= 8192, a.scratch of at least
