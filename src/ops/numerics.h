@@ -119,6 +119,29 @@ DQ_HD float butterfly32(float* lane) {
   return lane[0];
 }
 
+// butterfly32 of values that arrive one lane at a time, lanes rev5(0), rev5(1), ..., rev5(31)
+// (bit 4 of a lane, its first partner's, is bit 0 of its arrival): a binary counter of pending
+// sums, level k holding the first half of a level-k sum, so that every addition is one of
+// butterfly32's, operands in its order. CUDA's tensor-core prefill runs the lanes' chains one
+// after another and combines them this way.
+DQ_HD constexpr int rev5(int s) {
+  return ((s & 1) << 4) | ((s & 2) << 2) | (s & 4) | ((s & 8) >> 2) | ((s & 16) >> 4);
+}
+struct LaneTree {
+  float pend[5];
+  // Arrival s (0..31) with lane rev5(s)'s value: true after the last, with the sum in *out.
+  DQ_HD bool push(int s, float v, float* out) {
+    int k = 0;
+    for (; k < 5 && ((s >> k) & 1); ++k) v = pend[k] + v;
+    if (k < 5) {
+      pend[k] = v;
+      return false;
+    }
+    *out = v;
+    return true;
+  }
+};
+
 // Written block by block so a compiler can vectorise the 32 independent lanes.
 DQ_HD float sum_squares(const float* x, int n) {
   float lane[kLanes] = {};

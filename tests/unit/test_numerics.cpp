@@ -136,6 +136,34 @@ TEST(Numerics, UnitDotFromHalvesEqualsTheIntegerUnit) {
   }
 }
 
+// The lanes' values arriving one lane at a time (num::LaneTree, CUDA's tensor-core prefill) sum to
+// butterfly32's bits: values of mixed magnitudes and signs (rounding in every addition), inf, NaN.
+TEST(Numerics, LaneTreeIsTheButterfly) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n;
+  int lanes_seen = 0;
+  for (int rep = 0; rep < 20000; ++rep) {
+    float v[32];
+    for (float& x : v) x = n(rng) * std::exp2(float(int(rng() % 40) - 20));
+    if (rep % 97 == 0) v[rng() % 32] = INFINITY;
+    if (rep % 89 == 0) v[rng() % 32] = NAN;
+    float lanes[32];
+    std::copy(v, v + 32, lanes);
+    const float want = num::butterfly32(lanes);
+    num::LaneTree tree;
+    float got = 0.0f;
+    uint32_t seen = 0;
+    for (int s = 0; s < 32; ++s) {
+      const int l = num::rev5(s);
+      seen |= 1u << l;
+      ASSERT_EQ(tree.push(s, v[l], &got), s == 31) << s;
+    }
+    lanes_seen += seen == 0xFFFFFFFFu;
+    ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << rep << ": " << got << " vs " << want;
+  }
+  EXPECT_EQ(lanes_seen, 20000);  // rev5 visits every lane once
+}
+
 TEST(Numerics, UnitIntegersAreBoundedAndCloseToTheInputs) {
   std::mt19937 rng(5);
   std::normal_distribution<float> n;

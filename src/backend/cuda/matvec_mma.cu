@@ -121,12 +121,6 @@ __device__ __forceinline__ void mma_16x8x8(float (&d)[4], uint32_t a0, uint32_t 
                : "r"(a0), "r"(a1), "r"(b), "f"(0.0f));
 }
 
-// 5-bit bit reversal: the pass at step s runs lane p = rev5(s) (bit 4 of p, the butterfly's
-// first partner, is bit 0 of s).
-__host__ __device__ constexpr int rev5(int s) {
-  return ((s & 1) << 4) | ((s & 2) << 2) | (s & 4) | ((s & 8) >> 2) | ((s & 16) >> 4);
-}
-
 // The rows a thread carries (slots 0 and 1: m-tile rows g and g + 8).
 struct Slot {
   const uint32_t* w;
@@ -177,8 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
   pdl_trigger();
   pdl_wait();
 
-  auto stage = [&](int s, int buf) {  // pass rev5(s)'s fragments and steps of the block's tokens
-    const int p = rev5(s);
+  auto stage = [&](int s, int buf) {  // pass num::rev5(s)'s fragments and steps of the block's tokens
+    const int p = num::rev5(s);
     for (int n = 0; n < kNT; ++n) {
       const size_t at = (size_t(tb * kNT + n) * 32 + p) * UP;
       const uint4* src = reinterpret_cast<const uint4*>(sc.xf + at * 32);
@@ -191,12 +185,12 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
     async_commit();
   };
 
-  float pend[5][2][2 * kNT];  // the binary counter's pending sums: level, slot, token
+  num::LaneTree tree[2][2 * kNT];  // the butterfly of the lanes' values so far: slot, token
   float fin[2][2 * kNT];
   const int tok0 = tb * kTok;
   stage(0, 0);
   for (int s = 0; s < 32; ++s) {
-    const int p = rev5(s), buf = s & 1;
+    const int p = num::rev5(s), buf = s & 1;
     if (s + 1 < 32) {
       stage(s + 1, buf ^ 1);
       async_wait_group<1>();
@@ -239,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
       }
     }
     // Lane p's value: its chain plus its bias terms (groups p, p + 32, ... in order), then into
-    // the counter: level k holds the pending left half of the butterfly's level-k sum.
+    // the butterfly (num::LaneTree).
 #pragma unroll
     for (int k = 0; k < 2; ++k)
 #pragma unroll
@@ -248,11 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
         float bl = 0.0f;
         for (int gg = p; gg < G; gg += 32)
           bl = fmaf(__uint_as_float(uint32_t(__ldg(sl[k].b + gg)) << 16), sc.xg[size_t(tok) * G + gg], bl);
-        float v = acc[k][j] + bl;
-        int lv = 0;
-        for (; lv < 5 && ((s >> lv) & 1); ++lv) v = pend[lv][k][j] + v;
-        if (lv < 5) pend[lv][k][j] = v;
-        else fin[k][j] = v;  // s = 31: the butterfly's result
+        tree[k][j].push(s, acc[k][j] + bl, &fin[k][j]);
       }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
