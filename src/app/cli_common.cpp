@@ -30,7 +30,7 @@ void EngineFlags::add(CLI::App* cmd, bool model_required) {
   cmd->add_option("--kernels", kernels, "CPU kernels: auto, reference, generic, avx2, avx512")
       ->check(CLI::IsMember({"auto", "reference", "generic", "avx2", "avx512"}));
   cmd->add_option("--ctx", ctx, "context length (KV cache size)")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--prefill-chunk", prefill_chunk, "prompt tokens per prefill forward (0: the backend's, 64)")
+  cmd->add_option("--prefill-chunk", prefill_chunk, "prompt tokens per prefill forward (0: the backend's: CPU 64, CUDA 256)")
       ->check(CLI::Range(0, 1 << 16));
 }
 

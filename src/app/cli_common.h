@@ -17,7 +17,7 @@ struct EngineFlags {
   std::string kernels = "auto";
   int threads = 0;
   int ctx = 4096;
-  int prefill_chunk = 0;  // 0: the backend's (64 for now)
+  int prefill_chunk = 0;  // 0: the backend's (CPU 64, CUDA 256)
   void add(CLI::App* cmd, bool model_required = true);
   EngineOptions options() const;
 };

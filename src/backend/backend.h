@@ -36,6 +36,8 @@ class Backend {
   // Bytes of backend memory allocated by alloc/upload (and weights when copied).
   virtual size_t allocated_bytes() const = 0;
   virtual bool is_cpu() const { return true; }
+  // Prompt tokens per prefill forward when the user names none (--prefill-chunk 0).
+  virtual int prefill_chunk() const { return 64; }
   // The memory read bandwidth this backend's weights stream from, measured now (GB/s):
   // host memory for the CPU, device memory (a large device-to-device copy) for CUDA.
   virtual double measure_bandwidth_gbps() = 0;

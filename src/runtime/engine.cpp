@@ -52,10 +52,7 @@ std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions
   if (opt.prefill_chunk < 0) fail("prefill chunk must be at least 1 (or 0: the backend's), got {}", opt.prefill_chunk);
   const int ctx = std::min(opt.max_ctx, e->config().max_position);
   e->be_ = make_backend(opt);
-  // The backend's chunk: 64 tokens a forward. (On CUDA 256 measured 10% faster at 512 tokens on an
-  // H100, docs/bench.md session 38, but its logits have not yet been compared with the CPU's on
-  // a GPU: tools/gpu-prefill does that; then CUDA takes 256 here.)
-  if (opt.prefill_chunk == 0) e->opt_.prefill_chunk = 64;
+  if (opt.prefill_chunk == 0) e->opt_.prefill_chunk = e->be_->prefill_chunk();
   // The CPU reads weights in place: map them all now rather than fault them in mid-step.
   if (e->be_->is_cpu())
     for (const auto& f : e->ck_.files()) f->prefault();

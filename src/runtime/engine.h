@@ -20,7 +20,7 @@ struct EngineOptions {
   CpuKernels cpu_kernels = CpuKernels::Auto;
   int threads = 0;            // CPU threads, 0 = all
   int max_ctx = 4096;         // KV cache length (clamped to the model's max_position_embeddings)
-  int prefill_chunk = 0;      // tokens per prefill forward; 0: the backend's (64 for now)
+  int prefill_chunk = 0;      // tokens per prefill forward; 0: the backend's (CPU 64, CUDA 256)
   bool use_graph = true;      // replay the recorded decode step (off: issue its ops one by one)
 };
 

@@ -266,21 +266,28 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
 
 }  // namespace
 
-// Off by default until a GPU run has checked it (DELTAQ_MV_MMA=1 turns it on).
-static bool mma_on() {
-  static const bool on = env_int("DELTAQ_MV_MMA", 0) == 1;
-  return on;
+// The fewest tokens a chunk for which it runs. Its blocks take 16 tokens and every pass of the
+// lanes, so a short chunk leaves SMs idle: on an H100 it lost below 160 tokens (128: 3,879
+// against 4,283 tok/s for the prefill products' kernel) and gained from 192 (4,680 against
+// 4,117; 256: 5,001 against 4,381; docs/bench.md session 39). DELTAQ_MV_MMA=1: from 2 tokens
+// (tests), =0: never.
+static int mma_min_tokens() {
+  static const int v = [] {
+    const int e = env_int("DELTAQ_MV_MMA", -1);
+    return e == 0 ? 1 << 30 : e == 1 ? 2 : 160;
+  }();
+  return v;
 }
 
 size_t project_mma_scratch_bytes(int T, int K) {
-  if (!mma_on()) return 0;
+  if (T < mma_min_tokens() || K > 256 * kMaxUP) return 0;
   const size_t tp = size_t((T + kTok - 1) / kTok) * kTok, U = size_t(K) / 8;
   return tp * U * 32 + tp * U * 4 + size_t(T) * U * 4;
 }
 
 bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   (void)num_sms;
-  if (!mma_on() || a.T < 2 || a.n < 1 || !a.scratch || a.scratch_bytes < project_mma_scratch_bytes(a.T, a.K))
+  if (a.T < mma_min_tokens() || a.n < 1 || !a.scratch || a.scratch_bytes < project_mma_scratch_bytes(a.T, a.K))
     return false;
   const MatDev& m0 = a.m[0];
   const int K = a.K;
