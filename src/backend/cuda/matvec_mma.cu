@@ -140,19 +140,26 @@ __device__ __forceinline__ Slot slot_at(const ProjectArgs& a, int flat, int tota
               static_cast<const unsigned short*>(m.b) + size_t(flat) * G, write && m.y ? m.y + flat : nullptr, m.rows};
 }
 
-// Grid: token blocks (kTok tokens, fastest) x row blocks (kWarps m-tiles). SwiGLU: an m-tile is
-// 8 output rows, its gate rows in slot 0 and up rows in slot 1 (a thread has both of its
-// output). Otherwise 16 rows of the launch's matrices in order.
-template <int N>  // units a lane in a chunk: 8 (K a multiple of 2048), 4 (K = 1024)
+// Grid: token blocks (kTok tokens, fastest) x row blocks (kWarps / SPLIT m-tiles). SwiGLU: an
+// m-tile is 8 output rows, its gate rows in slot 0 and up rows in slot 1 (a thread has both of
+// its output). Otherwise 16 rows of the launch's matrices in order. SPLIT = 2: two warps take an
+// m-tile, one the passes of arrivals 0-15 (the even lanes), the other those of 16-31, each
+// summing its half as the butterfly's first four levels do; the last level adds the first half's
+// sum and the second's (twice the blocks, for short chunks).
+template <int N, int SPLIT>  // N: units a lane in a chunk: 8 (K a multiple of 2048), 4 (K = 1024)
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch sc, int gshift, int mtiles, int total) {
+  static_assert(SPLIT == 1 || SPLIT == 2, "a pass split in two halves at most");
+  constexpr int kTiles = kWarps / SPLIT, kPasses = 32 / SPLIT;  // m-tiles a block, passes a warp
   extern __shared__ uint4 smem4[];
   const int K = a.K, U = K / 8, UP = U / 32, G = K >> gshift;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int tblocks = gridDim.x / ((mtiles + kWarps - 1) / kWarps);
-  const int tb = blockIdx.x % tblocks, mt = (blockIdx.x / tblocks) * kWarps + warp;
-  // Shared memory: two stages of [kNT][UP][32] uint2 fragments, then two of [kNT][UP][8] steps.
+  const int tblocks = gridDim.x / ((mtiles + kTiles - 1) / kTiles);
+  const int part = warp / kTiles;  // the warp's passes: arrivals part * kPasses + i
+  const int tb = blockIdx.x % tblocks, mt = (blockIdx.x / tblocks) * kTiles + warp % kTiles;
+  // Shared memory: two stages of [SPLIT][kNT][UP][32] uint2 fragments, then two of
+  // [SPLIT][kNT][UP][8] steps.
   uint2* frag = reinterpret_cast<uint2*>(smem4);
-  float* steps = reinterpret_cast<float*>(frag + 2 * kNT * UP * 32);
+  float* steps = reinterpret_cast<float*>(frag + 2 * SPLIT * kNT * UP * 32);
   Slot sl[2];
   if (a.epi == Epilogue::SwiGLU) {
     const int rows = a.m[0].rows;
@@ -171,17 +178,20 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
   pdl_trigger();
   pdl_wait();
 
-  auto stage = [&](int s, int buf) {  // pass num::rev5(s)'s fragments and steps of the block's tokens
-    const int p = num::rev5(s);
-    for (int n = 0; n < kNT; ++n) {
-      const size_t at = (size_t(tb * kNT + n) * 32 + p) * UP;
-      const uint4* src = reinterpret_cast<const uint4*>(sc.xf + at * 32);
-      uint4* dst = reinterpret_cast<uint4*>(frag + (size_t(buf) * kNT + n) * UP * 32);
-      for (int i = threadIdx.x; i < UP * 16; i += blockDim.x) async_copy16(dst + i, src + i);
-      const uint4* ssrc = reinterpret_cast<const uint4*>(sc.xs + at * 8);
-      uint4* sdst = reinterpret_cast<uint4*>(steps + (size_t(buf) * kNT + n) * UP * 8);
-      for (int i = threadIdx.x; i < UP * 2; i += blockDim.x) async_copy16(sdst + i, ssrc + i);
-    }
+  // Step i's passes (arrival q * kPasses + i for each part q): fragments and steps of the
+  // block's tokens.
+  auto stage = [&](int i, int buf) {
+    for (int q = 0; q < SPLIT; ++q)
+      for (int n = 0; n < kNT; ++n) {
+        const size_t at = (size_t(tb * kNT + n) * 32 + num::rev5(q * kPasses + i)) * UP;
+        const size_t to = (size_t(buf) * SPLIT + q) * kNT + n;
+        const uint4* src = reinterpret_cast<const uint4*>(sc.xf + at * 32);
+        uint4* dst = reinterpret_cast<uint4*>(frag + to * UP * 32);
+        for (int c = threadIdx.x; c < UP * 16; c += blockDim.x) async_copy16(dst + c, src + c);
+        const uint4* ssrc = reinterpret_cast<const uint4*>(sc.xs + at * 8);
+        uint4* sdst = reinterpret_cast<uint4*>(steps + to * UP * 8);
+        for (int c = threadIdx.x; c < UP * 2; c += blockDim.x) async_copy16(sdst + c, ssrc + c);
+      }
     async_commit();
   };
 
@@ -189,9 +199,9 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
   float fin[2][2 * kNT];
   const int tok0 = tb * kTok;
   stage(0, 0);
-  for (int s = 0; s < 32; ++s) {
-    const int p = num::rev5(s), buf = s & 1;
-    if (s + 1 < 32) {
+  for (int s = 0; s < kPasses; ++s) {
+    const int p = num::rev5(part * kPasses + s), buf = s & 1;
+    if (s + 1 < kPasses) {
       stage(s + 1, buf ^ 1);
       async_wait_group<1>();
     } else {
@@ -203,8 +213,8 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
     for (int k = 0; k < 2; ++k)
 #pragma unroll
       for (int j = 0; j < 2 * kNT; ++j) acc[k][j] = 0.0f;
-    const uint2* fb = frag + size_t(buf) * kNT * UP * 32;
-    const float* sb = steps + size_t(buf) * kNT * UP * 8;
+    const uint2* fb = frag + (size_t(buf) * SPLIT + part) * kNT * UP * 32;
+    const float* sb = steps + (size_t(buf) * SPLIT + part) * kNT * UP * 8;
     // A chunk of 2048 inputs (N = 8 units of lane p; K = 1024: one half chunk, N = 4): the
     // rows' words and scales of lane p in 16-byte loads (q4.cuh's lane layout), then a k-step a unit.
     for (int base = 0; base < U; base += 32 * N) {
@@ -245,6 +255,20 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
         tree[k][j].push(s, acc[k][j] + bl, &fin[k][j]);
       }
     __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  if constexpr (SPLIT == 2) {  // the last level: the first half's sum + the second's
+    float* other = reinterpret_cast<float*>(smem4) + ((warp % kTiles) * 32 + lane) * (4 * kNT);
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int j = 0; j < 2 * kNT; ++j)
+        if (part == 1) other[k * 2 * kNT + j] = tree[k][j].pend[4];
+    __syncthreads();
+    if (part == 1) return;
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int j = 0; j < 2 * kNT; ++j) fin[k][j] = tree[k][j].pend[4] + other[k * 2 * kNT + j];
   }
 
 #pragma unroll
@@ -308,10 +332,18 @@ bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const int tblocks = (a.T + kTok - 1) / kTok;
   const Scratch sc = scratch_of(a.scratch, a.T, K);
   launch_kernel(xprep_kernel, tblocks * kTok, 128, 0, s, a, sc, gshift);
-  const size_t smem = size_t(2) * kNT * UP * (32 * sizeof(uint2) + 8 * sizeof(float));
-  const int rblocks = (mtiles + kWarps - 1) / kWarps;
-  if (K == 1024) launch_kernel(mma_kernel<4>, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
-  else launch_kernel(mma_kernel<8>, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
+  // DELTAQ_MV_MMA_SPLIT=2: two warps an m-tile (lab knob: twice the blocks for short chunks).
+  static const int split = env_int("DELTAQ_MV_MMA_SPLIT", 1) == 2 ? 2 : 1;
+  const size_t smem = size_t(2) * split * kNT * UP * (32 * sizeof(uint2) + 8 * sizeof(float));
+  const int rblocks = (mtiles + kWarps / split - 1) / (kWarps / split);
+  static const bool attrs = [] {  // K = 8192 with two halves: 74 KB
+    for (auto k : {mma_kernel<4, 1>, mma_kernel<8, 1>, mma_kernel<4, 2>, mma_kernel<8, 2>})
+      DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+    return true;
+  }();
+  (void)attrs;
+  auto kernel = K == 1024 ? (split == 2 ? mma_kernel<4, 2> : mma_kernel<4, 1>) : (split == 2 ? mma_kernel<8, 2> : mma_kernel<8, 1>);
+  launch_kernel(kernel, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
   return true;
 }
 
