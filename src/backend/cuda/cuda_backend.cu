@@ -589,7 +589,7 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda (" + name_ + ")"; }
   bool is_cpu() const override { return false; }
-  // 256: the tensor-core products gain from 160 tokens a chunk (512 tokens: 5,001 tok/s against
+  // 256: the tensor-core products gain from 128 tokens a chunk (512 tokens: 5,001 tok/s against
   // 3,927 in chunks of 64 on an H100, docs/bench.md session 39).
   int prefill_chunk() const override { return 256; }
 

@@ -61,7 +61,7 @@ bool launch_project_prefill(const ProjectArgs& a, int num_sms, cudaStream_t s);
 // The tensor-core prefill variant (matvec_mma.cu): T >= 2 tokens, 4-bit matrices in the lane
 // layout with bf16 scales and power-of-two groups, K <= 8192, a.scratch of at least
 // project_mma_scratch_bytes(T, K) (0: it will not run). Returns false when it does not apply or
-// below 160 tokens (DELTAQ_MV_MMA=1: from 2; =0: never).
+// below 128 tokens (DELTAQ_MV_MMA=1: from 2; =0: never).
 bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s);
 size_t project_mma_scratch_bytes(int T, int K);
 // The tall-product variant (matvec_head.cu): one 4-bit matrix of many rows, K <= 2048, x kept

@@ -281,7 +281,7 @@ void launch_project(const ProjectArgs& a, int num_sms, cudaStream_t s) {
       }
       gs = a.m[i].gs;
     }
-  // In order: prefill chunks (T >= 2: the tensor-core kernel from 160 tokens, then the prefill
+  // In order: prefill chunks (T >= 2: the tensor-core kernel from 128 tokens, then the prefill
   // kernel from 8 tokens); tall heads with K <= 2048 (x in registers); products whose weights fit in
   // shared memory (the resident kernel's fast path); the rest of the one-token 4-bit products,
   // streamed through shared memory (the pipelined product: bigger models, widths not a multiple

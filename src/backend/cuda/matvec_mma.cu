@@ -145,7 +145,7 @@ __device__ __forceinline__ Slot slot_at(const ProjectArgs& a, int flat, int tota
 // its output). Otherwise 16 rows of the launch's matrices in order. SPLIT = 2: two warps take an
 // m-tile, one the passes of arrivals 0-15 (the even lanes), the other those of 16-31, each
 // summing its half as the butterfly's first four levels do; the last level adds the first half's
-// sum and the second's (twice the blocks, for short chunks).
+// sum and the second's (twice the blocks; the default).
 template <int N, int SPLIT>  // N: units a lane in a chunk: 8 (K a multiple of 2048), 4 (K = 1024)
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch sc, int gshift, int mtiles, int total) {
   static_assert(SPLIT == 1 || SPLIT == 2, "a pass split in two halves at most");
@@ -290,15 +290,15 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
 
 }  // namespace
 
-// The fewest tokens a chunk for which it runs. Its blocks take 16 tokens and every pass of the
-// lanes, so a short chunk leaves SMs idle: on an H100 it lost below 160 tokens (128: 3,879
-// against 4,283 tok/s for the prefill products' kernel) and gained from 192 (4,680 against
-// 4,117; 256: 5,001 against 4,381; docs/bench.md session 39). DELTAQ_MV_MMA=1: from 2 tokens
-// (tests), =0: never.
+// The fewest tokens a chunk for which it runs. Its blocks take 16 tokens, so a short chunk
+// leaves SMs idle: on an H100, with two warps an m-tile, it gained from 128 tokens (4,532
+// against 4,291 tok/s for the prefill products' kernel; 160: 4,762 against 4,086) and lost at 64
+// (3,441 against 4,001; docs/bench.md session 39). DELTAQ_MV_MMA=1: from 2 tokens (tests), =0:
+// never.
 static int mma_min_tokens() {
   static const int v = [] {
     const int e = env_int("DELTAQ_MV_MMA", -1);
-    return e == 0 ? 1 << 30 : e == 1 ? 2 : 160;
+    return e == 0 ? 1 << 30 : e == 1 ? 2 : 128;
   }();
   return v;
 }
@@ -332,8 +332,9 @@ bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const int tblocks = (a.T + kTok - 1) / kTok;
   const Scratch sc = scratch_of(a.scratch, a.T, K);
   launch_kernel(xprep_kernel, tblocks * kTok, 128, 0, s, a, sc, gshift);
-  // DELTAQ_MV_MMA_SPLIT=2: two warps an m-tile (lab knob: twice the blocks for short chunks).
-  static const int split = env_int("DELTAQ_MV_MMA_SPLIT", 1) == 2 ? 2 : 1;
+  // Two warps an m-tile: twice the blocks, +2.5% at 256 tokens a chunk and +18% at 160 against
+  // one (docs/bench.md session 39). DELTAQ_MV_MMA_SPLIT=1: one warp an m-tile.
+  static const int split = env_int("DELTAQ_MV_MMA_SPLIT", 2) == 1 ? 1 : 2;
   const size_t smem = size_t(2) * split * kNT * UP * (32 * sizeof(uint2) + 8 * sizeof(float));
   const int rblocks = (mtiles + kWarps / split - 1) / (kWarps / split);
   static const bool attrs = [] {  // K = 8192 with two halves: 74 KB
