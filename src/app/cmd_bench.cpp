@@ -107,8 +107,15 @@ Command add_bench(CLI::App& app) {
             std::printf("model        %s (%d layers, hidden %d, vocab %d)\n", f->model.c_str(), c.num_layers,
                         c.hidden_size, c.vocab_size);
             std::printf("backend      %s%s\n", e->backend().name().c_str(), *no_graph ? ", ops one by one" : ", graph replay");
-            std::printf("prefill      %d tokens in %.3f s: %.1f tok/s (chunks of %d; the first feed took %.3f s)\n",
-                        *prompt, prefill_s, *prompt / prefill_s, e->prefill_chunk(), first_feed_s);
+            const double bw = e->backend().measure_bandwidth_gbps();
+            // A prefill forward reads every matrix once for its whole chunk (the head for its
+            // last token) and the state and cache as a step does: one step's bytes a chunk.
+            const int chunks = (*prompt + e->prefill_chunk() - 1) / e->prefill_chunk();
+            const double prefill_gbps = chunks * e->model().bytes_per_token(*prompt / 2) / prefill_s / 1e9;
+            std::printf("prefill      %d tokens in %.3f s: %.1f tok/s (chunks of %d; the first feed took %.3f s); "
+                        "%d forwards of a step's bytes: %.2f GB/s = %.1f%% of the bandwidth below\n",
+                        *prompt, prefill_s, *prompt / prefill_s, e->prefill_chunk(), first_feed_s, chunks, prefill_gbps,
+                        100.0 * prefill_gbps / bw);
             std::printf("decode       %d tokens in %.3f s: %.2f tok/s, %.3f ms/token (context %d..%d)\n", *tokens, s,
                         tps, 1e3 * s / *tokens, start_pos, end_pos);
             if (!*no_sampled)
@@ -122,14 +129,13 @@ Command add_bench(CLI::App& app) {
                         "+ state and KV cache)\n",
                         bpt / 1e6, e->model().weights().matrix_bytes / 1e6);
             const double gbps = bpt * tps / 1e9;
-            const double bw = e->backend().measure_bandwidth_gbps();
             std::printf("throughput   %.2f GB/s = %.1f%% of the %.2f GB/s read bandwidth measured now\n", gbps,
                         100.0 * gbps / bw, bw);
             std::printf("memory       peak RSS %.1f MB; backend allocations %.1f MB (state + activations %.1f MB)\n",
                         rss / 1e6, e->backend().allocated_bytes() / 1e6, e->state_bytes() / 1e6);
             std::printf("BENCH tok_s=%.3f ms_token=%.4f bytes_token=%.0f gb_s=%.3f bw_gb_s=%.3f pct_bw=%.2f "
-                        "prefill_tok_s=%.2f peak_rss_mb=%.1f backend=\"%s\"\n",
-                        tps, 1e3 * s / *tokens, bpt, gbps, bw, 100.0 * gbps / bw, *prompt / prefill_s, rss / 1e6,
+                        "prefill_tok_s=%.2f prefill_gb_s=%.3f peak_rss_mb=%.1f backend=\"%s\"\n",
+                        tps, 1e3 * s / *tokens, bpt, gbps, bw, 100.0 * gbps / bw, *prompt / prefill_s, prefill_gbps, rss / 1e6,
                         e->backend().name().c_str());
             return 0;
           }};
