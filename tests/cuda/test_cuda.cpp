@@ -275,6 +275,28 @@ TEST(CudaQueue, DeviceErrorsInAPartialWait) {
   EXPECT_EQ(p, 3);
 }
 
+// The queue's lazily grown scratch (here top_k's keys) counts in the backend's allocated bytes
+// while the queue holds it, and is given back with the queue.
+TEST(CudaQueue, ScratchCountsInAllocatedBytes) {
+  auto be = make_cuda_backend();
+  const int n = 248320, k = 20;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) x[size_t(i)] = float((int64_t(i) * 7919) % 1009);
+  Ref xr{be->upload(x.data(), x.size() * 4, "x")}, ids{be->alloc(k * 4, "ids")}, vals{be->alloc(k * 4, "vals")};
+  const size_t buffers = be->allocated_bytes();
+  auto q = be->make_queue();
+  EXPECT_EQ(be->allocated_bytes(), buffers);
+  q->go(op::TopK{xr, n, k, ids, vals});
+  q->wait();
+  const size_t with_scratch = be->allocated_bytes();
+  EXPECT_GT(with_scratch, buffers);
+  q->go(op::TopK{xr, n / 2, k, ids, vals});  // smaller: the scratch is reused, not grown
+  q->wait();
+  EXPECT_EQ(be->allocated_bytes(), with_scratch);
+  q.reset();
+  EXPECT_EQ(be->allocated_bytes(), buffers);
+}
+
 TEST(CudaQueue, GraphCaptureAndReplay) {
   auto be = make_cuda_backend();
   auto q = be->make_queue();

@@ -116,13 +116,58 @@ class CudaGraph : public Graph {
 
 class CudaBackend;
 
+// A queue's lazily grown scratch (the tensor-core prefill's x, top_k's keys, sample_draw's sums):
+// grown only when nothing in flight can still use the old one, and counted in the backend's
+// allocated bytes so that `deltaq bench` reports the device memory the queue holds too.
+class Scratch {
+ public:
+  Scratch(const char* what, std::shared_ptr<std::atomic<size_t>> allocated) : what_(what), allocated_(std::move(allocated)) {}
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { release(); }
+  // At least `bytes`; synchronises `stream` (and frees the old buffer) only when it must grow.
+  void* reserve(size_t bytes, cudaStream_t stream) {
+    if (bytes <= bytes_) return ptr_;
+    DQ_CUDA_CHECK(cudaStreamSynchronize(stream));
+    release();
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      ptr_ = nullptr;
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail("out of GPU memory allocating {:.1f} MB for the queue's {} scratch ({:.1f} MB free of {:.1f} MB)",
+           bytes / 1e6, what_, free_b / 1e6, total_b / 1e6);
+    }
+    bytes_ = bytes;
+    *allocated_ += bytes;
+    return ptr_;
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() {
+    if (!ptr_) return;
+    cudaFree(ptr_);
+    *allocated_ -= bytes_;
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  const char* what_;
+  std::shared_ptr<std::atomic<size_t>> allocated_;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // go() launches at once (asynchronously) on the queue's stream; mark() closes a segment of ops
 // (an event after them); wait_for() synchronises on a segment's event, releases its ops and
 // rethrows launch errors and device-side input errors with the op names; wait() does both.
 class CudaQueue : public Queue {
  public:
-  CudaQueue(int device, int num_sms, DeviceError* err_dev, volatile DeviceError* err_mirror)
-      : device_(device), num_sms_(num_sms), err_dev_(err_dev), err_mirror_(err_mirror), trace_("cuda") {
+  CudaQueue(int device, int num_sms, DeviceError* err_dev, volatile DeviceError* err_mirror,
+            std::shared_ptr<std::atomic<size_t>> allocated)
+      : device_(device), num_sms_(num_sms), err_dev_(err_dev), err_mirror_(err_mirror),
+        topk_scratch_("top_k", allocated), draw_scratch_("sample_draw", allocated),
+        mma_scratch_("tensor-core prefill", allocated), trace_("cuda") {
     bind_device(device_);
     DQ_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DQ_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
@@ -146,9 +191,6 @@ class CudaQueue : public Queue {
     cudaFreeHost(staging_);
     cudaFree(argmax_key_);
     cudaFree(gdn_counters_);
-    if (topk_scratch_) cudaFree(topk_scratch_);
-    if (draw_scratch_) cudaFree(draw_scratch_);
-    if (mma_scratch_) cudaFree(mma_scratch_);
     cudaStreamDestroy(stream_);
   }
 
@@ -383,16 +425,8 @@ class CudaQueue : public Queue {
   void product(ProjectArgs a) {
     const size_t bytes = a.T >= 2 && !capture_ ? project_mma_scratch_bytes(a.T, a.K) : 0;
     if (bytes > 0) {
-      if (bytes > mma_bytes_) {  // grow the scratch (nothing in flight may use the old one)
-        DQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        if (mma_scratch_) cudaFree(mma_scratch_);
-        mma_scratch_ = nullptr;
-        mma_bytes_ = 0;
-        DQ_CUDA_CHECK(cudaMalloc(&mma_scratch_, bytes));
-        mma_bytes_ = bytes;
-      }
-      a.scratch = mma_scratch_;
-      a.scratch_bytes = mma_bytes_;
+      a.scratch = mma_scratch_.reserve(bytes, stream_);
+      a.scratch_bytes = mma_scratch_.bytes();
     }
     launch_project(a, num_sms_, stream_);
   }
@@ -457,30 +491,20 @@ class CudaQueue : public Queue {
   }
   void launch_one(const op::TopK& o) {
     ref::check_top_k(o);
-    const size_t keys = 2 * top_k_scratch_keys(o.n, o.k);
-    if (keys > topk_keys_) {  // grow the scratch (nothing in flight may use the old one)
-      DQ_CHECK(!capture_, "top_k: its first use (scratch allocation) cannot be inside a graph capture");
-      DQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      if (topk_scratch_) cudaFree(topk_scratch_);
-      topk_scratch_ = nullptr;
-      DQ_CUDA_CHECK(cudaMalloc(&topk_scratch_, keys * sizeof(unsigned long long)));
-      topk_keys_ = keys;
-    }
-    launch_top_k(o.x.as<float>(), o.n, o.k, o.ids.as<int32_t>(), o.vals.as<float>(), topk_scratch_, stream_);
+    const size_t bytes = 2 * top_k_scratch_keys(o.n, o.k) * sizeof(unsigned long long);
+    DQ_CHECK(!capture_ || bytes <= topk_scratch_.bytes(),
+             "top_k: its first use (scratch allocation) cannot be inside a graph capture");
+    auto* keys = static_cast<unsigned long long*>(topk_scratch_.reserve(bytes, stream_));
+    launch_top_k(o.x.as<float>(), o.n, o.k, o.ids.as<int32_t>(), o.vals.as<float>(), keys, stream_);
   }
   void launch_one(const op::SampleDraw& o) {
     ref::check_sample_draw(o);
     const size_t bytes = sample_draw_scratch_bytes(o.n, num_sms_);
-    if (bytes > draw_bytes_) {  // grow the scratch (nothing in flight may use the old one)
-      DQ_CHECK(!capture_, "sample_draw: its first use (scratch allocation) cannot be inside a graph capture");
-      DQ_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      if (draw_scratch_) cudaFree(draw_scratch_);
-      draw_scratch_ = nullptr;
-      DQ_CUDA_CHECK(cudaMalloc(&draw_scratch_, bytes));
-      draw_bytes_ = bytes;
-    }
+    DQ_CHECK(!capture_ || bytes <= draw_scratch_.bytes(),
+             "sample_draw: its first use (scratch allocation) cannot be inside a graph capture");
+    void* scratch = draw_scratch_.reserve(bytes, stream_);
     launch_sample_draw(o.x.as<float>(), o.n, o.temperature, o.min_p, o.u, o.out ? o.out.as<int32_t>() : nullptr,
-                       o.out2 ? o.out2.as<int32_t>() : nullptr, o.total ? o.total.as<double>() : nullptr, draw_scratch_,
+                       o.out2 ? o.out2.as<int32_t>() : nullptr, o.total ? o.total.as<double>() : nullptr, scratch,
                        num_sms_, stream_);
   }
   void launch_one(const op::TopDraw& o) {
@@ -557,12 +581,9 @@ class CudaQueue : public Queue {
   std::vector<cudaEvent_t> free_events_;
   std::set<const void*> early_states_;  // GDN states, KV caches, positions: ops on them since the stream was idle
   bool no_early_ = false;  // since the stream was idle: a graph replay, a memset or a copy (not kernels)
-  unsigned long long* topk_scratch_ = nullptr;  // top_k rounds' keys
-  void* draw_scratch_ = nullptr;                 // sample_draw's maxima, chunk and block sums
-  size_t draw_bytes_ = 0;
-  void* mma_scratch_ = nullptr;                  // the tensor-core prefill products' x (matvec_mma.cu)
-  size_t mma_bytes_ = 0;
-  size_t topk_keys_ = 0;
+  Scratch topk_scratch_;  // top_k rounds' keys
+  Scratch draw_scratch_;  // sample_draw's maxima, chunk and block sums
+  Scratch mma_scratch_;   // the tensor-core prefill products' x (matvec_mma.cu)
   WaitTrace trace_;
   CudaGraph* capture_ = nullptr;
   OpProfile profile_;
@@ -639,7 +660,7 @@ class CudaBackend : public Backend {
   Buffer weights(const void* host, size_t bytes, std::shared_ptr<const void>, const std::string& name) override {
     return upload(host, bytes, name);  // uploaded once; the mapping can go
   }
-  std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(device_, num_sms_, err_dev_, err_mirror_); }
+  std::unique_ptr<Queue> make_queue() override { return std::make_unique<CudaQueue>(device_, num_sms_, err_dev_, err_mirror_, allocated_); }
   size_t allocated_bytes() const override { return *allocated_; }
 
   // 4-bit matrices of the fast path (K a multiple of 2048 or K = 1024, power-of-two groups of 8
