@@ -119,12 +119,12 @@ class CudaBackend;
 // A queue's lazily grown scratch (the tensor-core prefill's x, top_k's keys, sample_draw's sums):
 // grown only when nothing in flight can still use the old one, and counted in the backend's
 // allocated bytes so that `deltaq bench` reports the device memory the queue holds too.
-class Scratch {
+class QueueScratch {
  public:
-  Scratch(const char* what, std::shared_ptr<std::atomic<size_t>> allocated) : what_(what), allocated_(std::move(allocated)) {}
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { release(); }
+  QueueScratch(const char* what, std::shared_ptr<std::atomic<size_t>> allocated) : what_(what), allocated_(std::move(allocated)) {}
+  QueueScratch(const QueueScratch&) = delete;
+  QueueScratch& operator=(const QueueScratch&) = delete;
+  ~QueueScratch() { release(); }
   // At least `bytes`; synchronises `stream` (and frees the old buffer) only when it must grow.
   void* reserve(size_t bytes, cudaStream_t stream) {
     if (bytes <= bytes_) return ptr_;
@@ -581,9 +581,9 @@ class CudaQueue : public Queue {
   std::vector<cudaEvent_t> free_events_;
   std::set<const void*> early_states_;  // GDN states, KV caches, positions: ops on them since the stream was idle
   bool no_early_ = false;  // since the stream was idle: a graph replay, a memset or a copy (not kernels)
-  Scratch topk_scratch_;  // top_k rounds' keys
-  Scratch draw_scratch_;  // sample_draw's maxima, chunk and block sums
-  Scratch mma_scratch_;   // the tensor-core prefill products' x (matvec_mma.cu)
+  QueueScratch topk_scratch_;  // top_k rounds' keys
+  QueueScratch draw_scratch_;  // sample_draw's maxima, chunk and block sums
+  QueueScratch mma_scratch_;   // the tensor-core prefill products' x (matvec_mma.cu)
   WaitTrace trace_;
   CudaGraph* capture_ = nullptr;
   OpProfile profile_;
