@@ -148,7 +148,7 @@ __device__ __forceinline__ Slot slot_at(const ProjectArgs& a, int flat, int tota
 // sum and the second's (twice the blocks; the default).
 template <int N, int SPLIT>  // N: units a lane in a chunk: 8 (K a multiple of 2048), 4 (K = 1024)
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch sc, int gshift, int mtiles, int total) {
-  static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4, "passes split in 1, 2 or 4 parts");
+  static_assert(SPLIT == 1 || SPLIT == 2, "passes split in 1 or 2 parts");
   constexpr int kTiles = kWarps / SPLIT, kPasses = 32 / SPLIT;  // m-tiles a block, passes a warp
   extern __shared__ uint4 smem4[];
   const int K = a.K, U = K / 8, UP = U / 32, G = K >> gshift;
@@ -269,22 +269,6 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(ProjectArgs a, Scratch
     for (int k = 0; k < 2; ++k)
 #pragma unroll
       for (int j = 0; j < 2 * kNT; ++j) fin[k][j] = tree[k][j].pend[4] + other[k * 2 * kNT + j];
-  } else if constexpr (SPLIT == 4) {  // the last two levels: (first + second) + (third + fourth)
-    float* others = reinterpret_cast<float*>(smem4) + ((warp % kTiles) * 32 + lane) * (3 * 4 * kNT);
-#pragma unroll
-    for (int k = 0; k < 2; ++k)
-#pragma unroll
-      for (int j = 0; j < 2 * kNT; ++j)
-        if (part > 0) others[(part - 1) * 4 * kNT + k * 2 * kNT + j] = tree[k][j].pend[3];
-    __syncthreads();
-    if (part > 0) return;
-#pragma unroll
-    for (int k = 0; k < 2; ++k)
-#pragma unroll
-      for (int j = 0; j < 2 * kNT; ++j) {
-        const float* o = others + k * 2 * kNT + j;
-        fin[k][j] = (tree[k][j].pend[3] + o[0]) + (o[4 * kNT] + o[8 * kNT]);
-      }
   }
 
 #pragma unroll
@@ -349,25 +333,20 @@ bool launch_project_mma(const ProjectArgs& a, int num_sms, cudaStream_t s) {
   const Scratch sc = scratch_of(a.scratch, a.T, K);
   launch_kernel(xprep_kernel, tblocks * kTok, 128, 0, s, a, sc, gshift);
   // Two warps an m-tile: twice the blocks, +2.5% at 256 tokens a chunk and +18% at 160 against
-  // one (docs/bench.md session 39). DELTAQ_MV_MMA_SPLIT=1: one warp an m-tile; =4: four (lab
-  // knob for chunks under 128 tokens, not yet run on a GPU).
-  static const int split = [] {
-    const int v = env_int("DELTAQ_MV_MMA_SPLIT", 2);
-    return v == 1 || v == 4 ? v : 2;
-  }();
+  // one (docs/bench.md session 39). DELTAQ_MV_MMA_SPLIT=1: one warp an m-tile. (Four warps an
+  // m-tile, the butterfly's last two levels across them, lost at every chunk of 64-128 tokens on
+  // an H100 and were taken back: docs/bench.md session 40.)
+  static const int split = env_int("DELTAQ_MV_MMA_SPLIT", 2) == 1 ? 1 : 2;
   const size_t smem = size_t(2) * split * kNT * UP * (32 * sizeof(uint2) + 8 * sizeof(float));
   const int rblocks = (mtiles + kWarps / split - 1) / (kWarps / split);
-  static const bool attrs = [] {  // K = 8192 with two parts: 74 KB; with four: 147 KB
+  static const bool attrs = [] {  // K = 8192 with two parts: 74 KB
     for (auto k : {mma_kernel<4, 1>, mma_kernel<8, 1>, mma_kernel<4, 2>, mma_kernel<8, 2>})
       DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
-    if (split == 4)
-      for (auto k : {mma_kernel<4, 4>, mma_kernel<8, 4>})
-        DQ_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 150 * 1024));
     return true;
   }();
   (void)attrs;
-  auto kernel = K == 1024 ? (split == 4 ? mma_kernel<4, 4> : split == 2 ? mma_kernel<4, 2> : mma_kernel<4, 1>)
-                          : (split == 4 ? mma_kernel<8, 4> : split == 2 ? mma_kernel<8, 2> : mma_kernel<8, 1>);
+  auto kernel = K == 1024 ? (split == 2 ? mma_kernel<4, 2> : mma_kernel<4, 1>)
+                          : (split == 2 ? mma_kernel<8, 2> : mma_kernel<8, 1>);
   launch_kernel(kernel, tblocks * rblocks, kWarps * 32, smem, s, a, sc, gshift, mtiles, total);
   return true;
 }
