@@ -275,6 +275,23 @@ TEST(CudaQueue, DeviceErrorsInAPartialWait) {
   EXPECT_EQ(p, 3);
 }
 
+// Asking for more device memory than there is gives one clear error naming the buffer, and the
+// backend works on.
+TEST(CudaBackend, OutOfMemoryIsAClearError) {
+  auto be = make_cuda_backend();
+  const size_t before = be->allocated_bytes();
+  try {
+    be->alloc(size_t(1) << 44, "a 16 TB buffer");
+    FAIL() << "expected an out-of-memory error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of GPU memory allocating"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a 16 TB buffer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(be->allocated_bytes(), before);
+  Ref small{be->alloc(64, "small")};
+  EXPECT_EQ(be->allocated_bytes(), before + 64);
+}
+
 // The queue's lazily grown scratch (here top_k's keys) counts in the backend's allocated bytes
 // while the queue holds it, and is given back with the queue.
 TEST(CudaQueue, ScratchCountsInAllocatedBytes) {

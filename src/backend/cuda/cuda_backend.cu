@@ -620,6 +620,7 @@ class CudaBackend : public Backend {
     cudaError_t e = cudaMalloc(&b->ptr, bytes ? bytes : 16);
     if (e != cudaSuccess) {
       cudaGetLastError();
+      b->ptr = nullptr;  // (nothing for the storage's destructor to free)
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       fail("out of GPU memory allocating {:.1f} MB for {} ({:.1f} MB free of {:.1f} MB)", bytes / 1e6, name,
