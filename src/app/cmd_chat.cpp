@@ -65,14 +65,21 @@ Command add_chat(CLI::App& app) {
   cmd->add_option("--think", *think, "on or off: enable_thinking for the template (default: the template's own)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("-n,--max-tokens", *n, "tokens per reply")->check(CLI::Range(1, 1 << 24));
-  return {cmd, [f, sp, system, think, n]() {
+  auto cache_mb = std::make_shared<size_t>(1024);
+  cmd->add_option("--prompt-cache", *cache_mb,
+                  "MB of host memory for the state saved at the last prompt's end, from which the next turn "
+                  "continues when the template drops the reply's reasoning (0: off; default 1024)")
+      ->check(CLI::Range(size_t(0), size_t(1) << 24));
+  return {cmd, [f, sp, system, think, n, cache_mb]() {
             auto tc = text::TextConfig::load(f->model);
             if (tc.chat_template.empty())
               fail("{}: this model has no chat template (tokenizer_config.json); use deltaq run -p for plain text",
                    f->model);
             auto tmpl = chat::Template::parse(tc.chat_template);
             auto e = Engine::open(f->model, f->options());
-            Generator gen(*e, tc);
+            // One conversation: only the last prompt's state is a prefix of the next turn.
+            PromptCache cache(*cache_mb << 20, 1);
+            Generator gen(*e, tc, *cache_mb ? &cache : nullptr);
             std::optional<bool> thinking;
             if (!think->empty()) thinking = *think == "on";
             chat::Json history = chat::Json::array();
@@ -110,6 +117,13 @@ Command add_chat(CLI::App& app) {
               in.eos_token = tc.eos_token.value_or("");
               GenerateRequest req;
               req.prompt = tc.tokenizer->encode(chat::apply(tmpl, in));
+              if (*cache_mb) {  // saved where the messages end: the next turn goes on from there
+                in.add_generation_prompt = false;
+                try {
+                  req.save_at = chat_messages_end(req.prompt, tc.tokenizer->encode(chat::apply(tmpl, in)));
+                } catch (const std::exception&) {
+                }
+              }
               req.sampling = sp->params();
               req.max_tokens = *n;
               req.stop = sp->stop;
@@ -133,7 +147,7 @@ Command add_chat(CLI::App& app) {
                 continue;
               }
               g_generating = false;
-              std::printf("\n[%d tokens, %.1f tok/s; prompt %d tokens, %d of them reused from the last turn%s]\n",
+              std::printf("\n[%d tokens, %.1f tok/s; prompt %d tokens, %d of them reused%s]\n",
                           r.completion_tokens, r.completion_tokens / std::max(r.gen_seconds, 1e-9), r.prompt_tokens,
                           r.cached_tokens,
                           r.finish_reason == "cancelled" ? ", stopped" : r.finish_reason == "length" ? ", length limit" : "");

@@ -35,10 +35,16 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--write-timeout", o->write_timeout_s, "seconds a client may stall while receiving")
       ->check(CLI::Range(1, 3600));
+  auto cache_mb = std::make_shared<size_t>(1024);
+  cmd->add_option("--prompt-cache", *cache_mb,
+                  "MB of host memory for states saved at prompts' ends, so a conversation's next turn feeds only "
+                  "its new tokens (0: off; default 1024)")
+      ->check(CLI::Range(size_t(0), size_t(1) << 24));
   cmd->add_flag("--no-reasoning", *no_reasoning, "leave <think>...</think> in content (no reasoning_content)");
   cmd->add_flag("--verbose", o->log_requests, "log every request to stderr");
-  return {cmd, [f, o, no_reasoning]() -> int {
+  return {cmd, [f, o, no_reasoning, cache_mb]() -> int {
             server::ServerOptions opt = *o;
+            opt.prompt_cache_bytes = *cache_mb << 20;
             opt.model_dir = f->model;
             opt.engine = f->options();
             opt.reasoning = !*no_reasoning;

@@ -1,6 +1,7 @@
 #include "model/qwen35.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -91,6 +92,55 @@ void Qwen35::reset(Queue& q, SequenceState& s) const {
   for (const Ref& r : s.S)
     if (r) q.go(op::Zero{r.buf});
   q.go(op::Zero{s.pos.buf});
+}
+
+// The state's parts in snapshot order: (buffer, bytes used at pos).
+template <class F>
+static void for_state_parts(const SequenceState& s, int pos, size_t kv_row_bytes, F&& f) {
+  for (size_t i = 0; i < s.conv.size(); ++i) {
+    if (s.conv[i]) f(s.conv[i].buf, s.conv[i].buf->bytes);
+    if (s.S[i]) f(s.S[i].buf, s.S[i].buf->bytes);
+    if (s.k_cache[i]) f(s.k_cache[i].buf, kv_row_bytes * size_t(pos));
+    if (s.v_cache[i]) f(s.v_cache[i].buf, kv_row_bytes * size_t(pos));
+  }
+}
+
+size_t Qwen35::state_bytes_at(int pos) const {
+  const GdnDims g = gdn_dims();
+  const AttnDims d = attn_dims();
+  const size_t conv = 4ull * (g.conv_kernel - 1 > 0 ? g.conv_kernel - 1 : 1) * g.conv_channels();
+  const size_t S = 4ull * g.n_v_heads * g.k_dim * g.v_dim;
+  const size_t kv_row = 4ull * d.n_kv_heads * d.head_dim;
+  size_t total = 0;
+  for (LayerKind k : cfg_.layers) total += k == LayerKind::Linear ? conv + S : 2 * kv_row * size_t(pos);
+  return total;
+}
+
+void Qwen35::read_state(Queue& q, const SequenceState& s, int pos, uint8_t* host) const {
+  DQ_CHECK(pos >= 0 && pos <= max_ctx_, "state read at position {} (context {})", pos, max_ctx_);
+  const AttnDims d = attn_dims();
+  size_t at = 0;
+  for_state_parts(s, pos, 4ull * d.n_kv_heads * d.head_dim, [&](const Buffer& b, size_t bytes) {
+    if (bytes) q.go(op::Read{b, 0, bytes, host + at});
+    at += bytes;
+  });
+}
+
+void Qwen35::write_state(Queue& q, SequenceState& s, int pos, std::span<const uint8_t> host) const {
+  if (pos < 0 || pos > max_ctx_) fail("a saved state at position {} does not fit the context of {} tokens", pos, max_ctx_);
+  if (host.size() != state_bytes_at(pos))
+    fail("a saved state at position {} has {} bytes; this model's state there has {}", pos, host.size(),
+         state_bytes_at(pos));
+  const AttnDims d = attn_dims();
+  size_t at = 0;
+  for_state_parts(s, pos, 4ull * d.n_kv_heads * d.head_dim, [&](const Buffer& b, size_t bytes) {
+    if (bytes) q.go(op::Write{b, 0, {}, host.data() + at, bytes});
+    at += bytes;
+  });
+  op::Write p{s.pos.buf, 0, std::vector<uint8_t>(4)};
+  const int32_t p32 = pos;
+  std::memcpy(p.bytes.data(), &p32, 4);
+  q.go(std::move(p));
 }
 
 void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits, Ref next_token,

@@ -1,6 +1,7 @@
 // The Qwen3.5 text model (qwen35.md): configuration-driven, one forward function for the decode
 // step (n = 1) and for prefill (n > 1), written only against the op set and the queue.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -50,6 +51,14 @@ class Qwen35 {
   Activations new_activations(Backend& be, int max_tokens, bool all_logits) const;
   // Enqueues zeroing of the recurrent state and pos = 0.
   void reset(Queue& q, SequenceState& s) const;
+  // A state's contents at position pos, as host bytes: every GDN layer's conv and recurrent
+  // state and the first pos rows of every attention layer's K and V caches, in layer order.
+  size_t state_bytes_at(int pos) const;
+  // Enqueues reads of those bytes into host (state_bytes_at(pos) of them, valid until the wait).
+  void read_state(Queue& q, const SequenceState& s, int pos, uint8_t* host) const;
+  // Enqueues writes of them back into s (host stays valid until the wait), and of pos (the
+  // state then continues from there).
+  void write_state(Queue& q, SequenceState& s, int pos, std::span<const uint8_t> host) const;
 
   // Enqueues one forward over a.tokens[0..n) at positions s.pos...: writes the logits of the
   // last token (of every token when all_logits) and their argmax (a.next), then advances pos.

@@ -192,11 +192,16 @@ struct Zero {
   Buffer buf;
 };
 
-// Host -> buffer copy; the op owns the bytes.
+// Host -> buffer copy of `bytes`, which the op owns, or of host_bytes at `host`, which must
+// stay valid until the wait (as op::Read's; a saved state's bytes are written without a copy).
 struct Write {
   Buffer dst;
   size_t offset_bytes = 0;
   std::vector<uint8_t> bytes;
+  const void* host = nullptr;
+  size_t host_bytes = 0;
+  const uint8_t* data() const { return host ? static_cast<const uint8_t*>(host) : bytes.data(); }
+  size_t size() const { return host ? host_bytes : bytes.size(); }
 };
 // Buffer -> host copy; `host` must stay valid until the wait.
 struct Read {

@@ -316,8 +316,8 @@ void run(const op::AdvancePos& o) { o.pos.as<int32_t>()[0] += o.delta; }
 void run(const op::Zero& o) { std::memset(o.buf->ptr, 0, o.buf->bytes); }
 
 void run(const op::Write& o) {
-  DQ_CHECK(o.offset_bytes + o.bytes.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
-  std::memcpy(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.bytes.data(), o.bytes.size());
+  DQ_CHECK(o.offset_bytes + o.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
+  std::memcpy(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.data(), o.size());
 }
 
 void run(const op::Read& o) {

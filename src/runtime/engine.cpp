@@ -218,6 +218,39 @@ int Engine::reuse_prefix(std::span<const int32_t> ids) {
   return 0;
 }
 
+std::shared_ptr<StateSnapshot> Engine::snapshot(std::vector<uint8_t> storage) {
+  sync();
+  if (!history_ok_) fail("the sequence state is unknown after a failed call: there is nothing to save");
+  auto s = std::make_shared<StateSnapshot>();
+  s->tokens = history_;
+  s->bytes = std::move(storage);
+  s->bytes.resize(model_->state_bytes_at(pos_));
+  model_->read_state(*q_, state_, pos_, s->bytes.data());
+  q_->wait();
+  return s;
+}
+
+void Engine::restore(const StateSnapshot& s) {
+  const int n = int(std::min<size_t>(s.tokens.size(), size_t(INT32_MAX)));
+  if (int64_t(s.tokens.size()) > max_ctx())
+    fail("a saved state of {} tokens does not fit the context of {} tokens", s.tokens.size(), max_ctx());
+  if (s.bytes.size() != model_->state_bytes_at(n))
+    fail("a saved state of {} tokens has {} bytes; this model's state there has {} (saved from another model?)", n,
+         s.bytes.size(), model_->state_bytes_at(n));
+  const int V = config().vocab_size;
+  for (size_t i = 0; i < s.tokens.size(); ++i)
+    if (s.tokens[i] < 0 || s.tokens[i] >= V)
+      fail("a saved state's token {} (position {}) is out of range [0, {})", s.tokens[i], i, V);
+  ahead_ = fed_ahead_ = false;  // a step issued ahead completes in the wait below, unaccounted
+  spare_u_.reset();
+  history_ok_ = false;  // stays false if the wait throws: the state is then unknown
+  model_->write_state(*q_, state_, n, s.bytes);
+  q_->wait();
+  pos_ = n;
+  history_ = s.tokens;
+  history_ok_ = true;
+}
+
 void Engine::check_ids(std::span<const int32_t> ids) const {
   const int V = config().vocab_size;
   for (size_t i = 0; i < ids.size(); ++i)

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_runner.h"
 #include "format/checkpoint.h"
 #include "model/qwen35.h"
+#include "runtime/prompt_cache.h"
 
 namespace dq {
 
@@ -70,6 +71,12 @@ class Engine {
   // history().size() (the caller feeds only the rest); otherwise resets and returns 0. (The
   // recurrent state cannot be rewound, so only a whole-history prefix is reused.)
   int reuse_prefix(std::span<const int32_t> ids);
+  // A copy of the sequence state in host memory, with the history it holds (any step issued
+  // ahead is accounted first), in `storage` when it is large enough (PromptCache::take_spare).
+  std::shared_ptr<StateSnapshot> snapshot(std::vector<uint8_t> storage = {});
+  // Makes the state a snapshot's (of this model: its size is checked): history() is then its
+  // tokens. As after reset(), the next call feeds at least one token.
+  void restore(const StateSnapshot& s);
   // Teacher-forced logits of a fresh sequence: row i = logits after ids[0..i]. [n][vocab]
   std::vector<float> score(std::span<const int32_t> ids);
   // Feeds tokens at the current position; returns the argmax after the last one and, if asked,

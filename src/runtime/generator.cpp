@@ -127,6 +127,21 @@ void Sequence::finish(const std::string& reason) {
 
 // ---- Generator ---------------------------------------------------------------------------------
 
+int Generator::resume(std::span<const int32_t> prompt, bool* restored) {
+  *restored = false;
+  if (cache_) {
+    engine_.sync();
+    const auto& h = engine_.history();
+    const bool extends = h.size() < prompt.size() && std::equal(h.begin(), h.end(), prompt.begin());
+    if (auto s = cache_->find(prompt); s && !(extends && h.size() >= s->tokens.size())) {
+      engine_.restore(*s);
+      *restored = true;
+      return int(s->tokens.size());
+    }
+  }
+  return engine_.reuse_prefix(prompt);
+}
+
 GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_text,
                                    const std::function<bool()>& keep_going) {
   using clk = std::chrono::steady_clock;
@@ -148,10 +163,27 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
   std::vector<float> top_vals;
   auto t0 = clk::now();
   // A prompt that extends what the engine already holds (the previous turn of a chat: its prompt
-  // and answer) feeds only the new tokens; anything else starts afresh.
-  const int cached = engine_.reuse_prefix(req.prompt);
+  // and answer) or a saved state feeds only the new tokens; anything else starts afresh.
+  const int cached = resume(req.prompt, &seq.result().cache_restored);
   seq.result().cached_tokens = cached;
-  int32_t tok = engine_.feed(std::span<const int32_t>(req.prompt).subspan(size_t(cached)), greedy ? nullptr : &logits);
+  const std::span<const int32_t> prompt(req.prompt);
+  const size_t save = req.save_at < 0 ? prompt.size() : std::min(size_t(req.save_at), prompt.size());
+  int32_t tok = 0;
+  if (cache_ && save > size_t(cached) && cache_->fits(engine_.model().state_bytes_at(int(save))) &&
+      !cache_->contains(prompt.first(save))) {
+    // Fed in two parts, saved between them (the same logits: prefill in any chunks is exact).
+    const auto before = prompt.subspan(size_t(cached), save - size_t(cached)), after = prompt.subspan(save);
+    if (after.empty()) {
+      tok = engine_.feed(before, greedy ? nullptr : &logits);
+      seq.result().cache_saved = cache_->put(engine_.snapshot(cache_->take_spare()));
+    } else {
+      engine_.feed(before);
+      seq.result().cache_saved = cache_->put(engine_.snapshot(cache_->take_spare()));
+      tok = engine_.feed(after, greedy ? nullptr : &logits);
+    }
+  } else {
+    tok = engine_.feed(prompt.subspan(size_t(cached)), greedy ? nullptr : &logits);
+  }
   if (!greedy) tok = seq.choose(logits);
   auto t1 = clk::now();
   while (!seq.accept(tok)) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/prompt_cache.h"
 #include "runtime/sampler.h"
 #include "text/model_text.h"
 
@@ -28,6 +29,10 @@ struct GenerateRequest {
   std::vector<std::string> stop;         // empty strings are ignored
   bool stop_at_eos = true;               // stop on every id of TextConfig::eos_ids
   std::vector<int32_t> stop_ids;         // more ids that end the generation (e.g. <|im_end|>)
+  // Where in the prompt the state is saved when the generator has a cache: -1 its end. A chat
+  // prompt's is where its messages end (chat_messages_end): the next turn renders the reply in
+  // place of the generation prompt, which may differ from it (Qwen3.5's opens "<think>\n").
+  int save_at = -1;
 };
 
 struct GenerateResult {
@@ -39,7 +44,9 @@ struct GenerateResult {
   std::string stop_string;    // the stop string that matched, if any
   std::optional<int32_t> stop_id;  // the eos / stop id that ended it, if any
   int prompt_tokens = 0;
-  int cached_tokens = 0;      // prompt tokens the engine already held (not fed again)
+  int cached_tokens = 0;      // prompt tokens the engine already held or restored (not fed again)
+  bool cache_restored = false;  // they came from a saved state (PromptCache)
+  bool cache_saved = false;     // the state at the prompt's end was saved
   int completion_tokens = 0;  // every id the model produced, a final eos / stop id included
   double prompt_seconds = 0, gen_seconds = 0;
 };
@@ -115,18 +122,26 @@ class Sequence {
 
 class Generator {
  public:
-  Generator(Engine& engine, const text::TextConfig& text) : engine_(engine), text_(text) {}
+  // With a cache, the state at the end of every prompt is saved in it, and a prompt that starts
+  // with a saved one (longer than what the engine holds) continues from that state.
+  Generator(Engine& engine, const text::TextConfig& text, PromptCache* cache = nullptr)
+      : engine_(engine), text_(text), cache_(cache) {}
 
   // Runs a sequence to the end: feeds the prompt (only its new part when it extends the engine's
-  // history, Engine::reuse_prefix; the logits are the same bits either way), then decodes. Throws dq::Error for an empty prompt,
+  // history, Engine::reuse_prefix, or a state in the cache; the logits are the same bits either
+  // way), then decodes. Throws dq::Error for an empty prompt,
   // invalid ids or a prompt longer than the context; stops with "length" when the context fills up.
   // keep_going (optional) is asked before every decode step; false cancels.
   GenerateResult generate(const GenerateRequest& req, const OnText& on_text,
                           const std::function<bool()>& keep_going = {});
 
  private:
+  // Puts the engine at the longest known prefix of the prompt; returns its length.
+  int resume(std::span<const int32_t> prompt, bool* restored);
+
   Engine& engine_;
   const text::TextConfig& text_;
+  PromptCache* cache_;
 };
 
 }  // namespace dq

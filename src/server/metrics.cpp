@@ -48,6 +48,16 @@ std::string Metrics::render(const Worker& w) const {
   const Worker::Stats s = w.stats();
   head("deltaq_prompt_tokens_total", "counter", "Prompt tokens processed.");
   o += fmt::format("deltaq_prompt_tokens_total {}\n", s.prompt_tokens);
+  head("deltaq_prompt_cached_tokens_total", "counter", "Prompt tokens not fed again: held by the engine or restored.");
+  o += fmt::format("deltaq_prompt_cached_tokens_total {}\n", s.cached_tokens);
+  head("deltaq_prompt_cache_restores_total", "counter", "Prompts that continued from a saved state.");
+  o += fmt::format("deltaq_prompt_cache_restores_total {}\n", s.cache_restores);
+  head("deltaq_prompt_cache_saves_total", "counter", "States saved at a prompt's end.");
+  o += fmt::format("deltaq_prompt_cache_saves_total {}\n", s.cache_saves);
+  head("deltaq_prompt_cache_bytes", "gauge", "Bytes of saved states held (host memory).");
+  o += fmt::format("deltaq_prompt_cache_bytes {}\n", s.cache_bytes);
+  head("deltaq_prompt_cache_entries", "gauge", "Saved states held.");
+  o += fmt::format("deltaq_prompt_cache_entries {}\n", s.cache_entries);
   head("deltaq_completion_tokens_total", "counter", "Tokens generated.");
   o += fmt::format("deltaq_completion_tokens_total {}\n", s.completion_tokens);
   head("deltaq_prompt_seconds_total", "counter", "Time spent on prompts (prefill).");

@@ -139,6 +139,7 @@ struct Server::Impl {
 
   explicit Impl(ServerOptions o)
       : opt(std::move(o)), worker(Worker::Options{opt.model_dir, opt.engine, opt.chat_template_file, opt.max_queue,
+                                                   opt.prompt_cache_bytes,
                                                    opt.before_job, opt.before_load}) {
     if (opt.model_name.empty()) opt.model_name = folder_name(opt.model_dir);
   }
@@ -154,7 +155,7 @@ struct Server::Impl {
   void detokenize(const Request& req, Response& res);
   void health(Response& res);
   void models(const Request& req, Response& res);
-  std::string render_chat(const CompletionRequest& cr) const;
+  std::string render_chat(const CompletionRequest& cr, bool generation_prompt = true) const;
 };
 
 // ---- checks ------------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ bool Server::Impl::authorized(const Request& req) const {
 
 // ---- generation --------------------------------------------------------------------------------
 
-std::string Server::Impl::render_chat(const CompletionRequest& cr) const {
+std::string Server::Impl::render_chat(const CompletionRequest& cr, bool generation_prompt) const {
   const chat::Template* tmpl = worker.chat_template();
   if (!tmpl) {
     if (!worker.chat_template_error().empty())
@@ -196,7 +197,7 @@ std::string Server::Impl::render_chat(const CompletionRequest& cr) const {
   const text::TextConfig& t = worker.text();
   chat::ChatInput in;
   in.messages = cr.messages;
-  in.add_generation_prompt = true;
+  in.add_generation_prompt = generation_prompt;
   in.enable_thinking = cr.enable_thinking;
   in.extra = cr.template_kwargs;
   if (t.bos_token) in.bos_token = *t.bos_token;
@@ -224,6 +225,14 @@ void Server::Impl::handle_generation(const Request& req, Response& res, bool cha
   if (chat) {
     const std::string prompt = render_chat(cr);
     g.prompt = text.tokenizer->encode(prompt, true);
+    // The prompt cache saves the state where the messages end: the next turn's prompt goes on
+    // from there (the state at the prompt's end, after the generation prompt, is no prefix of it
+    // when the template renders a reply without what the generation prompt opened).
+    if (opt.prompt_cache_bytes) try {
+        g.save_at = chat_messages_end(g.prompt, text.tokenizer->encode(render_chat(cr, false), true));
+      } catch (const std::exception&) {
+        // a template that cannot render the messages alone: save at the prompt's end
+      }
     const std::string& src = worker.chat_template_source();
     reply.think = opt.reasoning && src.find("</think>") != std::string::npos;
     reply.think_inside = reply.think && ThinkSplitter::prompt_opens_think(prompt);
@@ -455,7 +464,12 @@ void Server::Impl::tokenize(const Request& req, Response& res) {
   if (j.contains("messages") && !j["messages"].is_null()) {
     std::string chat_body = dump(Json{{"messages", j["messages"]}});
     CompletionRequest cr = parse_completion_request(chat_body, true, limits);
-    text = render_chat(cr);
+    bool generation_prompt = true;
+    if (auto g = j.find("add_generation_prompt"); g != j.end()) {
+      if (!g->is_boolean()) throw_api(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt");
+      generation_prompt = g->get<bool>();
+    }
+    text = render_chat(cr, generation_prompt);
   } else {
     const char* key = j.contains("prompt") ? "prompt" : "content";
     auto it = j.find(key);

@@ -143,7 +143,8 @@ void Worker::run() {
   cv_.notify_all();
   if (state_ != State::Ready) return;
 
-  Generator gen(*model_->engine, model_->text);
+  PromptCache cache(opt_.prompt_cache_bytes);
+  Generator gen(*model_->engine, model_->text, opt_.prompt_cache_bytes ? &cache : nullptr);
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -179,13 +180,25 @@ void Worker::run() {
               return keep_going();
             },
             keep_going);
-        finish(j, std::move(r));
+        finish(j, std::move(r), cache);
       } catch (const std::exception& e) {
         fail(j, ApiError{500, std::string("generation failed: ") + e.what(), "server_error", "", "generation_failed"});
       }
     }
     running_ = false;
   }
+}
+
+void Worker::finish(Job& job, GenerateResult r, const PromptCache& cache) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.cached_tokens += uint64_t(r.cached_tokens);
+    stats_.cache_restores += r.cache_restored;
+    stats_.cache_saves += r.cache_saved;
+    stats_.cache_bytes = cache.bytes();
+    stats_.cache_entries = cache.count();
+  }
+  finish(job, std::move(r));
 }
 
 void Worker::finish(Job& job, GenerateResult r) {

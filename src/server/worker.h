@@ -56,6 +56,7 @@ class Worker {
     EngineOptions engine;
     std::string chat_template_file;  // replaces the checkpoint's template when set
     size_t max_queue = 64;           // waiting jobs; more are refused (429)
+    size_t prompt_cache_bytes = 0;   // saved states at prompts' ends (PromptCache); 0: none
     std::function<void()> before_job;   // test hook: runs on the worker before each job
     std::function<void()> before_load;  // test hook: runs on the worker before loading
   };
@@ -93,6 +94,10 @@ class Worker {
   struct Stats {
     uint64_t jobs = 0, cancelled = 0, timed_out = 0, failed = 0;
     uint64_t prompt_tokens = 0, completion_tokens = 0;
+    uint64_t cached_tokens = 0;    // prompt tokens not fed again (the engine's history or a saved state)
+    uint64_t cache_restores = 0;   // prompts that continued from a saved state
+    uint64_t cache_saves = 0;      // states saved at a prompt's end
+    size_t cache_bytes = 0, cache_entries = 0;  // what the prompt cache holds now
     double prompt_seconds = 0, gen_seconds = 0;
     double last_prompt_tps = 0, last_gen_tps = 0;
   };
@@ -102,6 +107,7 @@ class Worker {
   void run();
   void load();
   void finish(Job& job, GenerateResult r);
+  void finish(Job& job, GenerateResult r, const PromptCache& cache);  // also takes the cache's figures
   void fail(Job& job, ApiError e);
 
   Options opt_;

@@ -405,6 +405,44 @@ TEST(CudaModel, SameLogitsBytesAsTheCpu) {
   }
 }
 
+// Saved states (Engine::snapshot, the prompt cache's) cross backends: the state bytes are the
+// same on both, so a CPU snapshot restored on CUDA and a CUDA one (saved with a step issued
+// ahead) restored on the CPU continue with the same logits bytes.
+TEST(CudaModel, SavedStatesAreTheSameBytesOnBothBackends) {
+  for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
+    EngineOptions o;
+    o.max_ctx = 256;
+    auto [cpu, gpu] = open_pair(dir, o);
+    const int V = cpu->config().vocab_size;
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 70; ++i) ids.push_back(int32_t((i * 2654435761u + 17u) % uint32_t(V)));
+    cpu->feed(ids);
+    gpu->feed(ids);
+    auto sc = cpu->snapshot(), sg = gpu->snapshot();
+    ASSERT_EQ(sc->tokens, sg->tokens);
+    ASSERT_EQ(sc->bytes.size(), sg->bytes.size());
+    ASSERT_EQ(std::memcmp(sc->bytes.data(), sg->bytes.data(), sc->bytes.size()), 0) << dir << ": state bytes";
+    const std::vector<int32_t> rest = {5, 7, 11};
+    std::vector<float> la, lb;
+    // A CPU snapshot restored on CUDA (after something else ran there).
+    gpu->feed(rest);
+    gpu->restore(*sc);
+    cpu->restore(*sc);
+    int32_t a = cpu->feed(rest, &la), b = gpu->feed(rest, &lb);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after a CPU state on CUDA";
+    // A CUDA snapshot with a step issued ahead, restored on the CPU.
+    gpu->step_greedy();
+    auto sg2 = gpu->snapshot();
+    cpu->restore(*sg2);
+    ASSERT_EQ(cpu->history(), gpu->history());
+    a = cpu->step(42 % V, &la);
+    b = gpu->step(42 % V, &lb);
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), size_t(V) * 4), 0) << dir << ": after a CUDA state on the CPU";
+  }
+}
+
 // The pipelined greedy decode (CUDA issues the step feeding each returned token before
 // returning it) gives the CPU's ids; continuing with the returned token takes the step fed
 // ahead, another token rebuilds the state without it; the context's end is where the CPU's is.

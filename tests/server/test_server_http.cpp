@@ -115,8 +115,11 @@ TEST(ServerHttp, StreamEqualsNonStreamForASeed) {
     const Json& fin = s.events[s.events.size() - 2];
     EXPECT_EQ(fin["choices"][0]["finish_reason"], pj["choices"][0]["finish_reason"]);
     EXPECT_TRUE(fin.contains("timings"));
-    const Json& usage = s.events.back();
+    Json usage = s.events.back();
     EXPECT_TRUE(usage["choices"].empty());
+    // The same counts; cached_tokens may differ (the second request finds the first's saved state).
+    usage["usage"].erase("prompt_tokens_details");
+    pj["usage"].erase("prompt_tokens_details");
     EXPECT_EQ(usage["usage"], pj["usage"]);
     for (size_t i = 0; i + 1 < s.events.size(); ++i) EXPECT_TRUE(s.events[i]["usage"].is_null());
     if (chat) {
@@ -376,6 +379,62 @@ TEST(ServerHttp, RequestTimeout) {
   gate.release();
   first.join();
   EXPECT_TRUE(healthy(port));
+}
+
+// Two users' chats interleaved: each next turn (the template drops the reply's reasoning)
+// continues from the state saved where its conversation's last messages ended (before the
+// generation prompt, which Qwen3.5's template opens with "<think>"); the reply is the one a
+// server without the cache gives.
+TEST(ServerHttp, ChatTurnsContinueFromTheSavedPromptState) {
+  for (const std::string& tmpl : {qwen3_template(), qwen35_template()}) {
+    ServerOptions o = default_options(make_model_dir(tmpl));
+    o.engine.max_ctx = 512;
+    TestServer srv(o);
+    ServerOptions off = o;
+    off.prompt_cache_bytes = 0;
+    TestServer plain(off);
+    auto messages = [](const std::vector<std::string>& said) {
+      Json m = Json::array();
+      for (size_t i = 0; i < said.size(); ++i) m.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", said[i]}});
+      return m;
+    };
+    auto turn = [&](const std::vector<std::string>& said) {
+      return Json{{"model", "any"}, {"max_tokens", 8}, {"temperature", 0}, {"messages", messages(said)}}.dump();
+    };
+    auto post = [&](const TestServer& s, const std::string& body) {
+      HttpResult r = http(s.port(), "POST", "/v1/chat/completions", body);
+      EXPECT_EQ(r.status, 200) << r.body;
+      return r.json();
+    };
+    const std::vector<std::string> a1_said = {"Tell me a fortune"};
+    const Json a1 = post(srv, turn(a1_said));
+    post(srv, turn({"What does the cookie say?"}));  // another user's
+    const std::string a1_reply = a1["choices"][0]["message"]["content"];
+    const std::string a2_body = turn({a1_said[0], "<think>\nhm\n</think>\n\n" + a1_reply, "And another"});
+    const Json a2 = post(srv, a2_body);
+    // The tokens of the first turn's messages without the generation prompt.
+    const Json msgs = http(srv.port(), "POST", "/tokenize",
+                           Json{{"messages", messages(a1_said)}, {"add_generation_prompt", false}}.dump())
+                          .json();
+    const int saved = msgs["count"];
+    EXPECT_GT(saved, 0);
+    EXPECT_LT(saved, a1["usage"]["prompt_tokens"].get<int>());
+    EXPECT_EQ(a2["usage"]["prompt_tokens_details"]["cached_tokens"], saved) << a2.dump();
+    const Json want = post(plain, a2_body);
+    EXPECT_EQ(want["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(a2["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
+    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_restores_total"), 1);
+    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_saves_total"), 3);
+    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_entries"), 3);
+    EXPECT_GT(metric(srv.port(), "deltaq_prompt_cache_bytes"), 0);
+    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cached_tokens_total"), saved);
+    EXPECT_EQ(metric(plain.port(), "deltaq_prompt_cache_saves_total"), 0);
+  }
+  // /tokenize's add_generation_prompt must be a boolean.
+  HttpResult bad = http(shared().port(), "POST", "/tokenize",
+                        R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"no"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("add_generation_prompt"), std::string::npos);
 }
 
 TEST(ServerHttp, MetricsAndModels) {

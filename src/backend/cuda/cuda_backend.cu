@@ -523,8 +523,8 @@ class CudaQueue : public Queue {
   }
   void launch_one(const op::Write& o) {
     no_early_ = true;
-    DQ_CHECK(o.offset_bytes + o.bytes.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
-    DQ_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.bytes.data(), o.bytes.size(),
+    DQ_CHECK(o.offset_bytes + o.size() <= o.dst->bytes, "write past the end of {}", o.dst->name);
+    DQ_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(o.dst->ptr) + o.offset_bytes, o.data(), o.size(),
                                   cudaMemcpyHostToDevice, stream_));
   }
   void launch_one(const op::Read& o) {
