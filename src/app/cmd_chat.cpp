@@ -67,8 +67,8 @@ Command add_chat(CLI::App& app) {
   cmd->add_option("-n,--max-tokens", *n, "tokens per reply")->check(CLI::Range(1, 1 << 24));
   auto cache_mb = std::make_shared<size_t>(1024);
   cmd->add_option("--prompt-cache", *cache_mb,
-                  "MB of host memory for the state saved at the last prompt's end, from which the next turn "
-                  "continues when the template drops the reply's reasoning (0: off; default 1024)")
+                  "MB of host memory for the state saved where the last prompt's messages end: the next turn "
+                  "continues from there even when the template drops the reply's reasoning (0: off; default 1024)")
       ->check(CLI::Range(size_t(0), size_t(1) << 24));
   return {cmd, [f, sp, system, think, n, cache_mb]() {
             auto tc = text::TextConfig::load(f->model);

@@ -37,8 +37,8 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 3600));
   auto cache_mb = std::make_shared<size_t>(1024);
   cmd->add_option("--prompt-cache", *cache_mb,
-                  "MB of host memory for states saved at prompts' ends, so a conversation's next turn feeds only "
-                  "its new tokens (0: off; default 1024)")
+                  "MB of host memory for states saved where prompts' messages end, so a conversation's next turn "
+                  "feeds only its new tokens (0: off; default 1024)")
       ->check(CLI::Range(size_t(0), size_t(1) << 24));
   cmd->add_flag("--no-reasoning", *no_reasoning, "leave <think>...</think> in content (no reasoning_content)");
   cmd->add_flag("--verbose", o->log_requests, "log every request to stderr");

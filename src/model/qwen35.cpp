@@ -37,20 +37,18 @@ SequenceState Qwen35::new_state(Backend& be) const {
     return Ref{be.alloc(bytes, name)};
   };
   s.pos = alloc(4, "pos");
-  const GdnDims g = gdn_dims();
-  const AttnDims d = attn_dims();
   for (int i = 0; i < cfg_.num_layers; ++i) {
     const std::string l = std::to_string(i);
     if (cfg_.layers[i] == LayerKind::Linear) {
-      s.conv.push_back(alloc(4ull * (g.conv_kernel - 1 > 0 ? g.conv_kernel - 1 : 1) * g.conv_channels(), "conv_state." + l));
-      s.S.push_back(alloc(4ull * g.n_v_heads * g.k_dim * g.v_dim, "gdn_state." + l));
+      s.conv.push_back(alloc(conv_state_bytes(), "conv_state." + l));
+      s.S.push_back(alloc(gdn_state_bytes(), "gdn_state." + l));
       s.k_cache.emplace_back();
       s.v_cache.emplace_back();
     } else {
       s.conv.emplace_back();
       s.S.emplace_back();
-      s.k_cache.push_back(alloc(4ull * max_ctx_ * d.n_kv_heads * d.head_dim, "k_cache." + l));
-      s.v_cache.push_back(alloc(4ull * max_ctx_ * d.n_kv_heads * d.head_dim, "v_cache." + l));
+      s.k_cache.push_back(alloc(kv_row_bytes() * max_ctx_, "k_cache." + l));
+      s.v_cache.push_back(alloc(kv_row_bytes() * max_ctx_, "v_cache." + l));
     }
   }
   return s;
@@ -105,22 +103,30 @@ static void for_state_parts(const SequenceState& s, int pos, size_t kv_row_bytes
   }
 }
 
-size_t Qwen35::state_bytes_at(int pos) const {
+size_t Qwen35::conv_state_bytes() const {
   const GdnDims g = gdn_dims();
+  return 4ull * (g.conv_kernel - 1 > 0 ? g.conv_kernel - 1 : 1) * g.conv_channels();
+}
+size_t Qwen35::gdn_state_bytes() const {
+  const GdnDims g = gdn_dims();
+  return 4ull * g.n_v_heads * g.k_dim * g.v_dim;
+}
+size_t Qwen35::kv_row_bytes() const {
   const AttnDims d = attn_dims();
-  const size_t conv = 4ull * (g.conv_kernel - 1 > 0 ? g.conv_kernel - 1 : 1) * g.conv_channels();
-  const size_t S = 4ull * g.n_v_heads * g.k_dim * g.v_dim;
-  const size_t kv_row = 4ull * d.n_kv_heads * d.head_dim;
+  return 4ull * d.n_kv_heads * d.head_dim;
+}
+
+size_t Qwen35::state_bytes_at(int pos) const {
   size_t total = 0;
-  for (LayerKind k : cfg_.layers) total += k == LayerKind::Linear ? conv + S : 2 * kv_row * size_t(pos);
+  for (LayerKind k : cfg_.layers)
+    total += k == LayerKind::Linear ? conv_state_bytes() + gdn_state_bytes() : 2 * kv_row_bytes() * size_t(pos);
   return total;
 }
 
 void Qwen35::read_state(Queue& q, const SequenceState& s, int pos, uint8_t* host) const {
   DQ_CHECK(pos >= 0 && pos <= max_ctx_, "state read at position {} (context {})", pos, max_ctx_);
-  const AttnDims d = attn_dims();
   size_t at = 0;
-  for_state_parts(s, pos, 4ull * d.n_kv_heads * d.head_dim, [&](const Buffer& b, size_t bytes) {
+  for_state_parts(s, pos, kv_row_bytes(), [&](const Buffer& b, size_t bytes) {
     if (bytes) q.go(op::Read{b, 0, bytes, host + at});
     at += bytes;
   });
@@ -131,9 +137,8 @@ void Qwen35::write_state(Queue& q, SequenceState& s, int pos, std::span<const ui
   if (host.size() != state_bytes_at(pos))
     fail("a saved state at position {} has {} bytes; this model's state there has {}", pos, host.size(),
          state_bytes_at(pos));
-  const AttnDims d = attn_dims();
   size_t at = 0;
-  for_state_parts(s, pos, 4ull * d.n_kv_heads * d.head_dim, [&](const Buffer& b, size_t bytes) {
+  for_state_parts(s, pos, kv_row_bytes(), [&](const Buffer& b, size_t bytes) {
     if (bytes) q.go(op::Write{b, 0, {}, host.data() + at, bytes});
     at += bytes;
   });

@@ -75,6 +75,10 @@ class Qwen35 {
   double bytes_per_token(int ctx) const;
 
  private:
+  size_t conv_state_bytes() const;  // a GDN layer's conv state
+  size_t gdn_state_bytes() const;   // a GDN layer's recurrent state
+  size_t kv_row_bytes() const;      // one position of an attention layer's K (or V) cache
+
   ModelConfig cfg_;
   ModelWeights w_;
   int max_ctx_;

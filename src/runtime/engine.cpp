@@ -231,9 +231,9 @@ std::shared_ptr<StateSnapshot> Engine::snapshot(std::vector<uint8_t> storage) {
 }
 
 void Engine::restore(const StateSnapshot& s) {
-  const int n = int(std::min<size_t>(s.tokens.size(), size_t(INT32_MAX)));
   if (int64_t(s.tokens.size()) > max_ctx())
     fail("a saved state of {} tokens does not fit the context of {} tokens", s.tokens.size(), max_ctx());
+  const int n = int(s.tokens.size());
   if (s.bytes.size() != model_->state_bytes_at(n))
     fail("a saved state of {} tokens has {} bytes; this model's state there has {} (saved from another model?)", n,
          s.bytes.size(), model_->state_bytes_at(n));
