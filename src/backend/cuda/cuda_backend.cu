@@ -175,6 +175,7 @@ class CudaQueue : public Queue {
     DQ_CUDA_CHECK(cudaMemset(argmax_key_, 0, sizeof(unsigned long long)));  // each argmax leaves it 0
     DQ_CUDA_CHECK(cudaMalloc(&gdn_counters_, kGdnCounterSlots * sizeof(unsigned)));
     DQ_CUDA_CHECK(cudaMemset(gdn_counters_, 0, kGdnCounterSlots * sizeof(unsigned)));  // each GDN step leaves them 0
+    DQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // the legacy stream's zeros land before stream_'s work
     timeline_start();
   }
   ~CudaQueue() override {
@@ -626,7 +627,12 @@ class CudaBackend : public Backend {
       fail("out of GPU memory allocating {:.1f} MB for {} ({:.1f} MB free of {:.1f} MB)", bytes / 1e6, name,
            free_b / 1e6, total_b / 1e6);
     }
+    // cudaMemset runs on the legacy stream, which the queues' non-blocking streams do not wait
+    // for: wait here, or a kernel issued next may write the buffer before the zeros land over it
+    // (the likely cause of session 41's prefill bits moving while other processes started on the
+    // GPU: a prefill's activations are allocated right before its forward).
     DQ_CUDA_CHECK(cudaMemset(b->ptr, 0, bytes ? bytes : 16));
+    DQ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     b->bytes = bytes;
     b->name = name;
     b->live = allocated_;
