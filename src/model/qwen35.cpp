@@ -184,16 +184,58 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
   q.go(op::AdvancePos{s.pos, n});
 }
 
+void Qwen35::forward_batch(Queue& q, std::span<SequenceState* const> seqs, Activations& a, Ref next) const {
+  const int n = int(seqs.size());
+  DQ_CHECK(n >= 1 && n <= a.max_tokens && a.all_logits, "batched step of {} sequences", n);
+  const float eps = cfg_.rms_eps;
+  const GdnDims gd = gdn_dims();
+  const AttnDims ad = attn_dims();
+  const size_t C = size_t(gd.conv_channels()), Dz = size_t(gd.value_dim()), Hv = size_t(gd.n_v_heads);
+  const size_t Q = size_t(2) * ad.n_heads * ad.head_dim, KV = size_t(ad.n_kv_heads) * ad.head_dim;
+  const size_t O = size_t(ad.n_heads) * ad.head_dim, S = size_t(ad.n_heads) * size_t(max_ctx_);
+  q.go(op::Embed{w_.embed, a.tokens, a.h, n});
+  for (int i = 0; i < cfg_.num_layers; ++i) {
+    const LayerWeights& l = w_.layers[i];
+    if (l.kind == LayerKind::Linear) {
+      q.go(op::Project{a.h, l.input_norm, eps, {l.qkv, l.z, l.b, l.a}, {a.mixed, a.z, a.b, a.a}, 4, n});
+      for (int j = 0; j < n; ++j)
+        q.go(op::GdnCore{gd, a.mixed.at(j * C), a.z.at(j * Dz), a.b.at(j * Hv), a.a.at(j * Hv), l.conv_w, l.A_neg,
+                         l.dt_bias, l.gdn_norm, seqs[j]->conv[i], seqs[j]->S[i], a.core.at(j * Dz),
+                         a.conv_out.at(j * C), 1});
+      q.go(op::ProjectAdd{a.core, l.out, a.h, n});
+    } else {
+      q.go(op::Project{a.h, l.input_norm, eps, {l.q, l.k, l.v}, {a.qg, a.k, a.v}, 3, n});
+      for (int j = 0; j < n; ++j)
+        q.go(op::AttnCore{ad, a.qg.at(j * Q), a.k.at(j * KV), a.v.at(j * KV), l.q_norm, l.k_norm, rope_cos_, rope_sin_,
+                          seqs[j]->k_cache[i], seqs[j]->v_cache[i], seqs[j]->pos, a.scores.at(j * S),
+                          a.core.at(j * O), 1});
+      q.go(op::ProjectAdd{a.core, l.o, a.h, n});
+    }
+    q.go(op::SwiGLU{a.h, l.post_norm, eps, l.gate, l.up, a.ffn, n});
+    q.go(op::ProjectAdd{a.ffn, l.down, a.h, n});
+  }
+  const size_t V = size_t(cfg_.vocab_size);
+  q.go(op::Project{a.h, w_.final_norm, eps, {w_.head}, {a.logits}, 1, n});
+  for (int j = 0; j < n; ++j) {
+    q.go(op::Argmax{a.logits.at(j * V), cfg_.vocab_size, next.at(size_t(j)), {}});
+    q.go(op::AdvancePos{seqs[j]->pos, 1});
+  }
+}
+
 double Qwen35::bytes_per_token(int ctx) const {
   double b = double(w_.matrix_bytes) - double(w_.embed.bytes()) * (w_.head.w == w_.embed.w ? 0.0 : 1.0);
   // The embedding gather reads one row; the head reads the whole table.
   b += double(w_.embed.bytes()) / w_.embed.rows;
-  const GdnDims g = gdn_dims();
-  const AttnDims d = attn_dims();
-  b += 2.0 * 4 * cfg_.n_linear() * (double(g.n_v_heads) * g.k_dim * g.v_dim + double(g.conv_kernel - 1) * g.conv_channels());
-  b += 2.0 * 4 * cfg_.n_full() * double(ctx) * d.n_kv_heads * d.head_dim;
+  b += sequence_bytes_per_token(ctx);
   b += 4.0 * cfg_.hidden_size * (2 * cfg_.num_layers + 1);
   return b;
+}
+
+double Qwen35::sequence_bytes_per_token(int ctx) const {
+  const GdnDims g = gdn_dims();
+  const AttnDims d = attn_dims();
+  return 2.0 * 4 * cfg_.n_linear() * (double(g.n_v_heads) * g.k_dim * g.v_dim + double(g.conv_kernel - 1) * g.conv_channels()) +
+         2.0 * 4 * cfg_.n_full() * double(ctx) * d.n_kv_heads * d.head_dim;
 }
 
 }  // namespace dq

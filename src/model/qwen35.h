@@ -70,9 +70,20 @@ class Qwen35 {
   void forward(Queue& q, SequenceState& s, Activations& a, int n, bool all_logits, Ref next_token = {},
                std::vector<std::vector<float>>* layer_out = nullptr) const;
 
+  // Enqueues one decode step for several sequences at once: token j (a.tokens[j]) is fed to
+  // *seqs[j] at its own position. The products read each weight matrix once for all of them;
+  // the token mixers (GDN, attention) run per sequence on its own state. Writes every row's
+  // logits (a.logits [n][V]: a must have all_logits and n <= max_tokens) and row j's argmax into
+  // next[j] (i32 [n]), then advances each position. Row j is the same bits as a lone forward of
+  // that sequence (the products are per token; docs/numerics.md).
+  void forward_batch(Queue& q, std::span<SequenceState* const> seqs, Activations& a, Ref next) const;
+
   // Bytes one decode step reads: weight matrices (one embedding row), norms, GDN state
   // (read and written), KV cache at context length ctx.
   double bytes_per_token(int ctx) const;
+  // The part of it that is one sequence's own (GDN state read and written, KV cache at ctx): a
+  // batched step of n sequences reads bytes_per_token(ctx) + (n - 1) * this.
+  double sequence_bytes_per_token(int ctx) const;
 
  private:
   size_t conv_state_bytes() const;  // a GDN layer's conv state

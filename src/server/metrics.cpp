@@ -77,7 +77,7 @@ std::string Metrics::render(const Worker& w) const {
   head("deltaq_queue_depth", "gauge", "Requests waiting for the engine.");
   o += fmt::format("deltaq_queue_depth {}\n", w.queue_depth());
   head("deltaq_requests_running", "gauge", "Requests the engine is generating now.");
-  o += fmt::format("deltaq_requests_running {}\n", w.running() ? 1 : 0);
+  o += fmt::format("deltaq_requests_running {}\n", w.running_count());
   head("deltaq_model_ready", "gauge", "1 once the model is loaded.");
   o += fmt::format("deltaq_model_ready {}\n", w.state() == Worker::State::Ready ? 1 : 0);
   return o;

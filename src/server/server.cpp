@@ -139,7 +139,7 @@ struct Server::Impl {
 
   explicit Impl(ServerOptions o)
       : opt(std::move(o)), worker(Worker::Options{opt.model_dir, opt.engine, opt.chat_template_file, opt.max_queue,
-                                                   opt.prompt_cache_bytes,
+                                                   opt.prompt_cache_bytes, opt.parallel,
                                                    opt.before_job, opt.before_load}) {
     if (opt.model_name.empty()) opt.model_name = folder_name(opt.model_dir);
   }

@@ -13,14 +13,6 @@ bool Job::wait_news(std::chrono::milliseconds for_) {
   return cv.wait_for(lk, for_, [&] { return !pieces.empty() || finished; });
 }
 
-struct Model {
-  text::TextConfig text;
-  std::string template_source;
-  std::optional<chat::Template> tmpl;
-  std::string template_error;
-  std::unique_ptr<Engine> engine;
-};
-
 Worker::Worker(Options opt) : opt_(std::move(opt)) {}
 
 Worker::~Worker() { stop(); }
@@ -144,6 +136,7 @@ void Worker::run() {
   if (state_ != State::Ready) return;
 
   PromptCache cache(opt_.prompt_cache_bytes);
+  if (opt_.parallel > 1) return run_batched(cache);
   Generator gen(*model_->engine, model_->text, opt_.prompt_cache_bytes ? &cache : nullptr);
   for (;;) {
     std::shared_ptr<Job> job;
@@ -153,7 +146,7 @@ void Worker::run() {
       if (stopping_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = true;
+      running_ = 1;
     }
     if (opt_.before_job) opt_.before_job();
     Job& j = *job;
@@ -161,7 +154,7 @@ void Worker::run() {
       std::lock_guard<std::mutex> lk(j.mu);
       j.started = true;
     }
-    auto keep_going = [&] { return !j.cancelled && !stopping_ && Clock::now() < j.deadline; };
+    auto keep_going = [&] { return this->keep_going(j); };
     if (!keep_going()) {
       GenerateResult r;
       r.finish_reason = "cancelled";
@@ -185,7 +178,7 @@ void Worker::run() {
         fail(j, ApiError{500, std::string("generation failed: ") + e.what(), "server_error", "", "generation_failed"});
       }
     }
-    running_ = false;
+    running_ = 0;
   }
 }
 

@@ -1,10 +1,11 @@
-// The engine worker: one thread that loads the model, then runs queued jobs one at a time in
-// arrival order (FIFO). HTTP threads build a Job, submit it, and read its events (text pieces, then
-// the result or an error) as the worker produces them; each job streams on its own.
+// The engine worker: one thread that loads the model, then runs queued jobs in arrival order
+// (FIFO). HTTP threads build a Job, submit it, and read its events (text pieces, then the result
+// or an error) as the worker produces them; each job streams on its own.
 //
-// Batching later (docs/server.md): the worker would keep several running Sequences (generator.h),
-// admit from the same FIFO while a slot is free, and replace the per-sequence engine step with one
-// batched step over all running sequences (one Engine, one SequenceState per slot).
+// With parallel = 1 it runs one job at a time through a Generator (the engine's own sequence).
+// With parallel = N > 1 it keeps up to N jobs running (worker_batched.cpp): each in a slot of a
+// Batcher, admitted from the same FIFO while a slot is free; every iteration feeds one prefill
+// chunk of a newly admitted prompt and then one batched decode step for all running sequences.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -47,7 +48,14 @@ struct Job {
   bool wait_news(std::chrono::milliseconds for_);
 };
 
-struct Model;  // what the worker loaded (text config, template, engine)
+// What the worker loaded.
+struct Model {
+  text::TextConfig text;
+  std::string template_source;
+  std::optional<chat::Template> tmpl;
+  std::string template_error;
+  std::unique_ptr<Engine> engine;
+};
 
 class Worker {
  public:
@@ -57,6 +65,7 @@ class Worker {
     std::string chat_template_file;  // replaces the checkpoint's template when set
     size_t max_queue = 64;           // waiting jobs; more are refused (429)
     size_t prompt_cache_bytes = 0;   // saved states at prompts' ends (PromptCache); 0: none
+    int parallel = 1;                // sequences decoded together (Batcher slots); 1: one at a time
     std::function<void()> before_job;   // test hook: runs on the worker before each job
     std::function<void()> before_load;  // test hook: runs on the worker before loading
   };
@@ -88,7 +97,8 @@ class Worker {
   // Queues a job; false when the queue is full (or the worker is not ready).
   bool submit(const std::shared_ptr<Job>& job);
   size_t queue_depth() const;
-  bool running() const { return running_.load(); }
+  bool running() const { return running_.load() > 0; }
+  int running_count() const { return running_.load(); }  // jobs being generated now
 
   // Cumulative counters of finished jobs.
   struct Stats {
@@ -105,6 +115,9 @@ class Worker {
 
  private:
   void run();
+  void run_batched(PromptCache& cache);  // parallel > 1 (worker_batched.cpp)
+  // The job's keep_going: not cancelled, not past its deadline, the worker not stopping.
+  bool keep_going(const Job& j) const { return !j.cancelled && !stopping_ && Clock::now() < j.deadline; }
   void load();
   void finish(Job& job, GenerateResult r);
   void finish(Job& job, GenerateResult r, const PromptCache& cache);  // also takes the cache's figures
@@ -115,7 +128,7 @@ class Worker {
   std::atomic<State> state_{State::Loading};
   std::atomic<double> progress_{0};
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> running_{false};
+  std::atomic<int> running_{0};
   Clock::time_point load_start_, load_end_;
 
   mutable std::mutex mu_;  // guards queue_, stats_, load_error_, phase_

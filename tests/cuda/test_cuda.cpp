@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "ops/reference.h"
+#include "runtime/batcher.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -537,5 +538,64 @@ TEST(CudaModel, PipelinedDrawDecodeEqualsTheCpu) {
     EXPECT_EQ(gpu->position(), small.max_ctx);
     gpu->sync();
     EXPECT_EQ(gpu->history(), cpu->history());
+  }
+}
+
+// Sequences decoded together (runtime/batcher.h, serve --parallel) on CUDA: each slot's logits
+// are the bytes a lone sequence gets on the CPU, in batches of 1 to 8 of every composition.
+TEST(CudaModel, BatchedSlotsEqualLoneSequencesOnTheCpu) {
+  for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
+    EngineOptions o;
+    o.max_ctx = 512;
+    auto [cpu, gpu] = open_pair(dir, o);
+    const int V = cpu->config().vocab_size;
+    const int S = 8, T = 10;
+    auto ids = [&](int n, int seed) {
+      std::vector<int32_t> v;
+      for (int i = 0; i < n; ++i) v.push_back(int32_t((uint32_t(i) * 2654435761u + uint32_t(seed) * 97u + 17u) % uint32_t(V)));
+      return v;
+    };
+    // Lone sequences on the CPU: the logits after the prompt and after each token.
+    std::vector<std::vector<int32_t>> prompts, tokens;
+    std::vector<std::vector<std::vector<float>>> want(S);
+    for (int k = 0; k < S; ++k) {
+      prompts.push_back(ids(k == 3 ? 300 : 1 + 9 * k, k));
+      tokens.push_back(ids(T, 50 + k));
+      cpu->reset();
+      std::vector<float> l;
+      cpu->feed(prompts.back(), &l);
+      want[size_t(k)].push_back(l);
+      for (int32_t t : tokens.back()) {
+        cpu->step(t, &l);
+        want[size_t(k)].push_back(l);
+      }
+    }
+    Batcher b(*gpu, S);
+    std::vector<float> l;
+    for (int k = 0; k < S; ++k) {
+      b.feed(k, prompts[size_t(k)], &l);
+      ASSERT_EQ(std::memcmp(l.data(), want[size_t(k)][0].data(), size_t(V) * 4), 0) << dir << ": prompt " << k;
+    }
+    std::vector<int> at(S, 0);
+    for (int round = 0; round < 3 * T; ++round) {
+      std::vector<int> which;
+      std::vector<int32_t> toks;
+      for (int k = 0; k < S; ++k)  // a different subset and size every round
+        if (at[size_t(k)] < T && ((k * 7 + round * 3) % (1 + round % 4) == 0)) {
+          which.push_back(k);
+          toks.push_back(tokens[size_t(k)][size_t(at[size_t(k)])]);
+        }
+      if (which.empty()) continue;
+      std::vector<int32_t> next;
+      b.step(which, toks, &next, &l);
+      for (size_t i = 0; i < which.size(); ++i) {
+        const int k = which[i], row = ++at[size_t(k)];
+        ASSERT_EQ(std::memcmp(l.data() + i * size_t(V), want[size_t(k)][size_t(row)].data(), size_t(V) * 4), 0)
+            << dir << ": sequence " << k << " token " << row << " in a batch of " << which.size();
+      }
+    }
+    int done = 0;
+    for (int k = 0; k < S; ++k) done += at[size_t(k)];
+    EXPECT_GT(done, S * T / 2);
   }
 }

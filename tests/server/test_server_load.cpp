@@ -173,3 +173,166 @@ TEST(ServerLoad, OverCapacityGetsProper429sAndNothingIsLost) {
   EXPECT_TRUE(healthy(srv.port()));
   EXPECT_EQ(metric(srv.port(), "deltaq_jobs_total{outcome=\"completed\"}"), ok);
 }
+
+// --parallel: requests decoded together in one batched step per token.
+
+namespace {
+
+// One request's reply as text and token count, streamed or not.
+struct Reply {
+  int status = 0;
+  std::string text, finish;
+  int tokens = 0;
+};
+
+Reply ask(int port, const Json& body) {
+  const bool chat = body.contains("messages");
+  const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
+  Reply r;
+  if (body.value("stream", false)) {
+    SseResult s = sse_post(port, path, body);
+    r.status = s.status;
+    r.text = stream_text(s);
+    for (const auto& e : s.events) {
+      if (e.contains("choices") && !e["choices"].empty() && e["choices"][0]["finish_reason"].is_string())
+        r.finish = e["choices"][0]["finish_reason"];
+      if (e.contains("usage") && e["usage"].is_object()) r.tokens = e["usage"]["completion_tokens"];
+    }
+    if (!s.done) r.status = -1;
+    return r;
+  }
+  HttpResult h = http(port, "POST", path, body.dump());
+  r.status = h.status;
+  Json j = h.json();
+  if (h.status == 200 && j.is_object()) {
+    const Json& c = j["choices"][0];
+    r.text = chat ? c["message"]["content"].get<std::string>() : c["text"].get<std::string>();
+    r.finish = c["finish_reason"];
+    r.tokens = j["usage"]["completion_tokens"];
+  }
+  return r;
+}
+
+// A mix: greedy and sampled (seeded; top_p, top_k), chat and completions, streamed or not, a stop
+// string, prompts of different lengths (one longer than a prefill chunk), max_tokens 1 to 40.
+std::vector<Json> mixed_requests() {
+  std::vector<Json> out;
+  for (int i = 0; i < 12; ++i) {
+    Json b;
+    if (i % 3 == 0)
+      b["messages"] = Json::array({{{"role", "user"}, {"content", "Tell me fortune number " + std::to_string(i)}}});
+    else
+      b["prompt"] = i == 4 ? std::string(300, 'a') + " fortune" : "Fortune " + std::to_string(i) + ":";
+    b["max_tokens"] = i == 5 ? 1 : 8 + 3 * i;
+    if (i % 2 == 1) {
+      b["temperature"] = 0.9;
+      b["seed"] = 7 + i;
+      if (i % 4 == 1) b["top_p"] = 0.8;
+      if (i == 7) b["top_k"] = 5;
+    } else {
+      b["temperature"] = 0;
+    }
+    if (i == 6) b["stop"] = "e";
+    if (i == 11) b["ignore_eos"] = true;
+    b["stream"] = i % 4 != 2;
+    if (b["stream"]) b["stream_options"] = {{"include_usage", true}};
+    out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(ServerParallel, SameRepliesAsOneAtATime) {
+  const std::string dir = make_model_dir(qwen3_template());
+  const std::vector<Json> reqs = mixed_requests();
+  std::vector<Reply> alone;
+  {
+    ServerOptions o = default_options(dir);
+    o.parallel = 1;
+    o.prompt_cache_bytes = 0;
+    TestServer srv(o);
+    for (const Json& b : reqs) alone.push_back(ask(srv.port(), b));
+  }
+  for (int parallel : {3, 8}) {
+    ServerOptions o = default_options(dir);
+    o.parallel = parallel;
+    TestServer srv(o);
+    std::vector<Reply> together(reqs.size());
+    std::vector<std::thread> ts;
+    for (size_t i = 0; i < reqs.size(); ++i) ts.emplace_back([&, i] { together[i] = ask(srv.port(), reqs[i]); });
+    for (auto& t : ts) t.join();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      SCOPED_TRACE("parallel " + std::to_string(parallel) + ", request " + std::to_string(i) + ": " + reqs[i].dump());
+      ASSERT_EQ(alone[i].status, 200);
+      EXPECT_EQ(together[i].status, 200);
+      EXPECT_EQ(together[i].text, alone[i].text);
+      EXPECT_EQ(together[i].finish, alone[i].finish);
+      EXPECT_EQ(together[i].tokens, alone[i].tokens);
+    }
+    // The same requests again: prefixes in the slots and the prompt cache, the same replies.
+    for (size_t i : {size_t(0), size_t(4), size_t(9)}) EXPECT_EQ(ask(srv.port(), reqs[i]).text, alone[i].text);
+    EXPECT_EQ(metric(srv.port(), "deltaq_jobs_total{outcome=\"completed\"}"), double(reqs.size() + 3));
+    EXPECT_EQ(metric(srv.port(), "deltaq_requests_running"), 0);
+  }
+  // The mix is not trivial: lengths differ, the stop string and max_tokens 1 took effect.
+  EXPECT_EQ(alone[5].tokens, 1);
+  EXPECT_EQ(alone[6].finish, "stop");
+  EXPECT_EQ(alone[11].finish, "length");
+  EXPECT_EQ(alone[11].tokens, 41);
+}
+
+TEST(ServerParallel, AShortRequestFinishesWhileALongOneStreams) {
+  ServerOptions o = default_options(make_model_dir(qwen3_template()));
+  o.parallel = 2;
+  TestServer srv(o);
+  const int port = srv.port();
+  std::atomic<bool> long_started{false}, long_finished{false};
+  std::atomic<int> running_seen{0};
+  Json long_body{{"prompt", "Fortune:"}, {"max_tokens", 1000}, {"ignore_eos", true}, {"temperature", 0}, {"stream", true}};
+  Reply long_reply;
+  std::thread t([&] {
+    SseResult s = sse_post(port, "/v1/completions", long_body, [&](const Json& e) {
+      long_started = true;
+      if (e.contains("choices") && !e["choices"].empty() && e["choices"][0]["finish_reason"].is_string())
+        long_finished = true;
+      return true;
+    });
+    long_reply.status = s.status;
+    for (const auto& e : s.events)
+      if (e.contains("choices") && !e["choices"].empty() && e["choices"][0]["finish_reason"].is_string())
+        long_reply.finish = e["choices"][0]["finish_reason"];
+  });
+  while (!long_started) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  Reply short_reply = ask(port, Json{{"prompt", "Fortune 2:"}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}});
+  running_seen = int(metric(port, "deltaq_requests_running"));
+  const bool long_still_running = !long_finished;  // after the metric: it saw the long one running
+  t.join();
+  EXPECT_EQ(short_reply.status, 200);
+  EXPECT_EQ(short_reply.tokens, 4);
+  EXPECT_TRUE(long_still_running) << "the short request waited for the long one";
+  EXPECT_EQ(running_seen, long_still_running ? 1 : 0);
+  EXPECT_EQ(long_reply.status, 200);
+  EXPECT_EQ(long_reply.finish, "length");
+}
+
+TEST(ServerParallel, ACancelledStreamFreesItsSlot) {
+  ServerOptions o = default_options(make_model_dir(qwen3_template()));
+  o.parallel = 2;
+  TestServer srv(o);
+  const int port = srv.port();
+  Json body{{"prompt", "Fortune:"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}};
+  for (int i = 0; i < 3; ++i) {  // more cancellations than slots: each must give its slot back
+    int events = 0;
+    SseResult s = sse_post(port, "/v1/completions", body, [&](const Json&) { return ++events < 3; });
+    EXPECT_EQ(s.status, 200);
+    EXPECT_FALSE(s.done);
+  }
+  Reply r = ask(port, Json{{"prompt", "Fortune 3:"}, {"max_tokens", 5}, {"ignore_eos", true}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.tokens, 5);
+  for (int i = 0; i < 200 && metric(port, "deltaq_jobs_total{outcome=\"cancelled\"}") < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metric(port, "deltaq_jobs_total{outcome=\"cancelled\"}"), 3);
+  EXPECT_EQ(metric(port, "deltaq_requests_running"), 0);
+}

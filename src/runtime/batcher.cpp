@@ -1,0 +1,159 @@
+#include "runtime/batcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dq {
+
+Batcher::Batcher(Engine& engine, int slots) : model_(engine.model()), q_(engine.queue()) {
+  if (slots < 1) fail("the number of parallel sequences must be at least 1, got {}", slots);
+  engine.sync();  // nothing of the engine's own in flight from here on
+  Backend& be = engine.backend();
+  slots_.resize(size_t(slots));
+  for (Slot& sl : slots_) {
+    sl.state = model_.new_state(be);
+    bytes_ += sl.state.bytes;
+    model_.reset(q_, sl.state);
+  }
+  chunk_ = model_.new_activations(be, std::min(engine.prefill_chunk(), model_.max_ctx()), false);
+  batch_ = model_.new_activations(be, slots, true);
+  next_ = Ref{be.alloc_readback(4 * size_t(slots), "batch next")};
+  bytes_ += chunk_.bytes + batch_.bytes + 4 * size_t(slots);
+  q_.wait();
+}
+
+Batcher::~Batcher() {
+  try {
+    q_.wait();
+  } catch (...) {
+  }
+}
+
+Batcher::Slot& Batcher::slot(int s) {
+  if (s < 0 || s >= slots()) fail("sequence slot {} does not exist (there are {})", s, slots());
+  return slots_[size_t(s)];
+}
+const Batcher::Slot& Batcher::slot(int s) const { return const_cast<Batcher*>(this)->slot(s); }
+
+void Batcher::reset(int s) {
+  Slot& sl = slot(s);
+  sl.ok = false;
+  model_.reset(q_, sl.state);
+  q_.wait();
+  sl.history.clear();
+  sl.ok = true;
+}
+
+int Batcher::reuse_prefix(int s, std::span<const int32_t> ids) {
+  const Slot& sl = slot(s);
+  const size_t h = sl.history.size();
+  if (sl.ok && h > 0 && h < ids.size() && std::equal(sl.history.begin(), sl.history.end(), ids.begin())) return int(h);
+  reset(s);
+  return 0;
+}
+
+std::shared_ptr<StateSnapshot> Batcher::snapshot(int s, std::vector<uint8_t> storage) {
+  const Slot& sl = slot(s);
+  if (!sl.ok) fail("the sequence state is unknown after a failed call: there is nothing to save");
+  auto snap = std::make_shared<StateSnapshot>();
+  snap->tokens = sl.history;
+  snap->bytes = std::move(storage);
+  snap->bytes.resize(model_.state_bytes_at(position(s)));
+  model_.read_state(q_, sl.state, position(s), snap->bytes.data());
+  q_.wait();
+  return snap;
+}
+
+void Batcher::restore(int s, const StateSnapshot& snap) {
+  Slot& sl = slot(s);
+  if (int64_t(snap.tokens.size()) > max_ctx())
+    fail("a saved state of {} tokens does not fit the context of {} tokens", snap.tokens.size(), max_ctx());
+  const int V = model_.config().vocab_size;
+  for (size_t i = 0; i < snap.tokens.size(); ++i)
+    if (snap.tokens[i] < 0 || snap.tokens[i] >= V)
+      fail("a saved state's token {} (position {}) is out of range [0, {})", snap.tokens[i], i, V);
+  const int n = int(snap.tokens.size());
+  if (snap.bytes.size() != model_.state_bytes_at(n))
+    fail("a saved state of {} tokens has {} bytes; this model's state there has {} (saved from another model?)", n,
+         snap.bytes.size(), model_.state_bytes_at(n));
+  sl.ok = false;
+  model_.write_state(q_, sl.state, n, snap.bytes);
+  q_.wait();
+  sl.history = snap.tokens;
+  sl.ok = true;
+}
+
+void Batcher::check_ids(const Slot& sl, std::span<const int32_t> ids) const {
+  const int V = model_.config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V) fail("token id {} (position {}) is out of range [0, {})", ids[i], i, V);
+  if (int64_t(sl.history.size()) + int64_t(ids.size()) > max_ctx())
+    fail("context is full: {} tokens + {} new exceed the context of {} tokens (raise --ctx)", sl.history.size(),
+         ids.size(), max_ctx());
+}
+
+void Batcher::write_tokens(const Activations& a, std::span<const int32_t> ids) {
+  op::Write w{a.tokens.buf, 0, std::vector<uint8_t>(ids.size() * 4)};
+  std::memcpy(w.bytes.data(), ids.data(), ids.size() * 4);
+  q_.go(std::move(w));
+}
+
+int32_t Batcher::feed(int s, std::span<const int32_t> ids, std::vector<float>* last_logits) {
+  Slot& sl = slot(s);
+  if (ids.empty()) fail("nothing to feed: the prompt has no tokens");
+  if (!sl.ok) fail("the sequence state is unknown after a failed call: reset it first");
+  check_ids(sl, ids);
+  const int V = model_.config().vocab_size;
+  int32_t next = 0;
+  for (size_t i = 0; i < ids.size(); i += size_t(chunk_.max_tokens)) {
+    const int n = int(std::min<size_t>(size_t(chunk_.max_tokens), ids.size() - i));
+    write_tokens(chunk_, ids.subspan(i, size_t(n)));
+    model_.forward(q_, sl.state, chunk_, n, false);
+    q_.go(op::Read{chunk_.next.buf, 0, 4, &next});
+    if (last_logits && i + size_t(n) == ids.size()) {
+      last_logits->resize(size_t(V));
+      q_.go(op::Read{chunk_.logits.buf, 0, size_t(V) * 4, last_logits->data()});
+    }
+    sl.ok = false;  // stays false if the wait throws
+    q_.wait();
+    sl.history.insert(sl.history.end(), ids.begin() + std::ptrdiff_t(i), ids.begin() + std::ptrdiff_t(i) + n);
+    sl.ok = true;
+  }
+  return next;
+}
+
+void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
+                   std::vector<float>* logits) {
+  const size_t n = which.size();
+  if (n == 0 || n != tokens.size() || n > slots_.size())
+    fail("a batched step of {} slots with {} tokens (at most {} slots)", n, tokens.size(), slots_.size());
+  std::vector<SequenceState*> seqs(n);
+  for (size_t i = 0; i < n; ++i) {
+    Slot& sl = slot(which[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (which[j] == which[i]) fail("slot {} appears twice in one batched step", which[i]);
+    if (!sl.ok) fail("the sequence state of slot {} is unknown after a failed call: reset it first", which[i]);
+    check_ids(sl, tokens.subspan(i, 1));
+    seqs[i] = &sl.state;
+  }
+  write_tokens(batch_, tokens);
+  model_.forward_batch(q_, seqs, batch_, next_);
+  next->resize(n);
+  q_.go(op::Read{next_.buf, 0, 4 * n, next->data()});
+  const size_t V = size_t(model_.config().vocab_size);
+  if (logits) {
+    logits->resize(n * V);
+    q_.go(op::Read{batch_.logits.buf, 0, 4 * n * V, logits->data()});
+  }
+  for (size_t i = 0; i < n; ++i) slots_[size_t(which[i])].ok = false;
+  q_.wait();
+  for (size_t i = 0; i < n; ++i) {
+    Slot& sl = slots_[size_t(which[i])];
+    sl.history.push_back(tokens[i]);
+    sl.ok = true;
+  }
+}
+
+}  // namespace dq
