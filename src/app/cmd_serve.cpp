@@ -36,7 +36,8 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--write-timeout", o->write_timeout_s, "seconds a client may stall while receiving")
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--parallel", o->parallel,
-                  "requests decoded together, each in its own sequence state (1: one at a time; default 1)")
+                  "requests decoded together, each in its own sequence state (1: one at a time)")
+      ->capture_default_str()
       ->check(CLI::Range(1, 256));
   auto cache_mb = std::make_shared<size_t>(1024);
   cmd->add_option("--prompt-cache", *cache_mb,

@@ -24,7 +24,7 @@ struct ServerOptions {
   int http_threads = 0;            // 0: max_queue + 16
   size_t max_queue = 64;           // requests waiting for the engine; more get 429
   size_t prompt_cache_bytes = size_t(1024) << 20;  // saved states at prompts' ends (docs/server.md); 0: none
-  int parallel = 1;                // requests decoded together (docs/server.md); 1: one at a time
+  int parallel = 4;                // requests decoded together (docs/server.md); 1: one at a time
   size_t max_body_bytes = 2 << 20; // request body limit (413)
   size_t max_headers = 64;         // header lines per request (431)
   int max_tokens = 0;              // per-request limit on max_tokens; 0: the context length

@@ -89,10 +89,12 @@ void Worker::run_batched(PromptCache& cache) {
       if (int64_t(prompt.size()) > b.max_ctx())
         dq::fail("the prompt has {} tokens, more than the context of {} tokens", prompt.size(), b.max_ctx());
     } catch (const std::exception& e) {
+      --running_;
       fail(j, ApiError{500, std::string("generation failed: ") + e.what(), "server_error", "", "generation_failed"});
       return;
     }
     if (j.req.max_tokens <= 0 || !keep_going(j)) {
+      --running_;
       seq->finish(j.req.max_tokens <= 0 ? "length" : "cancelled");
       finish(j, std::move(seq->result()), cache);
       return;
@@ -128,6 +130,7 @@ void Worker::run_batched(PromptCache& cache) {
         a.save = save;
     } catch (const std::exception& e) {
       last_use[size_t(s)] = ++tick;
+      --running_;
       try {
         b.reset(s);
       } catch (...) {
@@ -137,7 +140,6 @@ void Worker::run_batched(PromptCache& cache) {
     }
     slots[size_t(s)] = std::move(a);
     last_use[size_t(s)] = ++tick;
-    ++running_;
   };
 
   // One prefill chunk of slot s's prompt (up to the save point first); at the prompt's end, the
@@ -174,6 +176,7 @@ void Worker::run_batched(PromptCache& cache) {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
+      ++running_;  // from here, as in the one-at-a-time worker (admit gives it back if the job ends)
       if (opt_.before_job) opt_.before_job();
       admit(std::move(job));
     }

@@ -384,11 +384,16 @@ TEST(ServerHttp, RequestTimeout) {
 // Two users' chats interleaved: each next turn (the template drops the reply's reasoning)
 // continues from the state saved where its conversation's last messages ended (before the
 // generation prompt, which Qwen3.5's template opens with "<think>"); the reply is the one a
-// server without the cache gives.
+// server without the cache gives. With --parallel 4 the first conversation's slot may still hold
+// its reply (Qwen3's template renders it back as it was generated): then the next turn continues
+// from there, past the saved state.
 TEST(ServerHttp, ChatTurnsContinueFromTheSavedPromptState) {
+  for (const int parallel : {1, 4})
   for (const std::string& tmpl : {qwen3_template(), qwen35_template()}) {
+    SCOPED_TRACE("parallel " + std::to_string(parallel));
     ServerOptions o = default_options(make_model_dir(tmpl));
     o.engine.max_ctx = 512;
+    o.parallel = parallel;
     TestServer srv(o);
     ServerOptions off = o;
     off.prompt_cache_bytes = 0;
@@ -419,15 +424,18 @@ TEST(ServerHttp, ChatTurnsContinueFromTheSavedPromptState) {
     const int saved = msgs["count"];
     EXPECT_GT(saved, 0);
     EXPECT_LT(saved, a1["usage"]["prompt_tokens"].get<int>());
-    EXPECT_EQ(a2["usage"]["prompt_tokens_details"]["cached_tokens"], saved) << a2.dump();
+    const int cached = a2["usage"]["prompt_tokens_details"]["cached_tokens"];
+    const bool from_slot = parallel > 1 && cached > saved;
+    if (!from_slot) EXPECT_EQ(cached, saved) << a2.dump();
+    if (parallel > 1 && tmpl == qwen3_template()) EXPECT_TRUE(from_slot) << a2.dump();
     const Json want = post(plain, a2_body);
     EXPECT_EQ(want["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     EXPECT_EQ(a2["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
-    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_restores_total"), 1);
+    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_restores_total"), from_slot ? 0 : 1);
     EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_saves_total"), 3);
     EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cache_entries"), 3);
     EXPECT_GT(metric(srv.port(), "deltaq_prompt_cache_bytes"), 0);
-    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cached_tokens_total"), saved);
+    EXPECT_EQ(metric(srv.port(), "deltaq_prompt_cached_tokens_total"), cached);
     EXPECT_EQ(metric(plain.port(), "deltaq_prompt_cache_saves_total"), 0);
   }
   // /tokenize's add_generation_prompt must be a boolean.

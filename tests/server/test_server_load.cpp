@@ -2,7 +2,8 @@
 // Every request must complete (or, past the queue limit, fail with a proper 429); none is lost,
 // streams do not mix, and the server stays up. Prints requests/s and latency percentiles.
 //
-//   DQ_LOAD_CLIENTS (32), DQ_LOAD_REQUESTS (200), DQ_LOAD_TOKENS (32) change the sizes.
+//   DQ_LOAD_CLIENTS (32), DQ_LOAD_REQUESTS (200), DQ_LOAD_TOKENS (32) change the sizes,
+//   DQ_LOAD_PARALLEL the server's --parallel (default: serve's).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -117,6 +118,7 @@ TEST(ServerLoad, ConcurrentStreamingClients) {
   ServerOptions o = default_options(make_model_dir(qwen3_template()));
   o.engine.threads = 0;  // all cores, as deltaq serve runs by default
   o.max_queue = size_t(clients) + 8;
+  o.parallel = env_int("DQ_LOAD_PARALLEL", o.parallel);
   TestServer srv(o);
   const int port = srv.port();
 
@@ -136,9 +138,9 @@ TEST(ServerLoad, ConcurrentStreamingClients) {
     if (out[i].ttft >= 0) ttft.push_back(out[i].ttft);
   }
   EXPECT_EQ(ok, requests);
-  std::printf("LOAD clients=%d requests=%d max_tokens=%d ok=%d wall_s=%.2f req_s=%.2f gen_tok_s=%.1f "
+  std::printf("LOAD parallel=%d clients=%d requests=%d max_tokens=%d ok=%d wall_s=%.2f req_s=%.2f gen_tok_s=%.1f "
               "latency_ms p50=%.0f p99=%.0f max=%.0f ttft_ms p50=%.0f p99=%.0f\n",
-              clients, requests, tokens, ok, wall, requests / wall, tok / wall, 1e3 * pct(lat, 50), 1e3 * pct(lat, 99),
+              o.parallel, clients, requests, tokens, ok, wall, requests / wall, tok / wall, 1e3 * pct(lat, 50), 1e3 * pct(lat, 99),
               1e3 * pct(lat, 100), 1e3 * pct(ttft, 50), 1e3 * pct(ttft, 99));
   std::fflush(stdout);
 
