@@ -7,7 +7,8 @@
 
 namespace dq {
 
-Batcher::Batcher(Engine& engine, int slots) : model_(engine.model()), q_(engine.queue()) {
+Batcher::Batcher(Engine& engine, int slots)
+    : model_(engine.model()), q_(engine.queue()), use_graph_(engine.uses_graph()) {
   if (slots < 1) fail("the number of parallel sequences must be at least 1, got {}", slots);
   engine.sync();  // nothing of the engine's own in flight from here on
   Backend& be = engine.backend();
@@ -139,7 +140,10 @@ void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, 
     seqs[i] = &sl.state;
   }
   write_tokens(batch_, tokens);
-  model_.forward_batch(q_, seqs, batch_, next_);
+  if (use_graph_)
+    q_.replay(graph_for(which, seqs));
+  else
+    model_.forward_batch(q_, seqs, batch_, next_);
   next->resize(n);
   q_.go(op::Read{next_.buf, 0, 4 * n, next->data()});
   const size_t V = size_t(model_.config().vocab_size);
@@ -154,6 +158,22 @@ void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, 
     sl.history.push_back(tokens[i]);
     sl.ok = true;
   }
+}
+
+const Graph& Batcher::graph_for(std::span<const int> which, std::span<SequenceState* const> seqs) {
+  ++steps_;
+  std::vector<int> key(which.begin(), which.end());
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphs)
+      graphs_.erase(std::min_element(graphs_.begin(), graphs_.end(),
+                                     [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+    Recorded r;
+    r.graph = q_.capture([&] { model_.forward_batch(q_, seqs, batch_, next_); });
+    it = graphs_.emplace(std::move(key), std::move(r)).first;
+  }
+  it->second.used = steps_;
+  return *it->second.graph;
 }
 
 }  // namespace dq

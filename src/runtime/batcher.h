@@ -6,6 +6,7 @@
 // the token mixers run per slot), so a batched server answers what a one-at-a-time server does.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,6 +23,8 @@ class Batcher {
   // the other). Allocates `slots` sequence states (Engine::state_bytes() of memory each, about).
   Batcher(Engine& engine, int slots);
   ~Batcher();
+
+  static constexpr size_t kMaxGraphs = 64;
 
   int slots() const { return int(slots_.size()); }
   int max_ctx() const { return model_.max_ctx(); }
@@ -43,7 +46,10 @@ class Batcher {
   // its logits.
   int32_t feed(int s, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr);
   // One decode step: tokens[i] is fed to slot which[i] (distinct slots). next[i] receives the
-  // argmax of that slot's next logits; logits, when set, every row ([n][vocab]).
+  // argmax of that slot's next logits; logits, when set, every row ([n][vocab]). With the
+  // engine's graphs on (EngineOptions::use_graph), the step of each list of slots is recorded once
+  // and replayed (the last kMaxGraphs lists used are kept): a list lasts as long as the requests
+  // in it, and on CUDA a replay saves the launch of each of its hundreds of ops.
   void step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
             std::vector<float>* logits = nullptr);
 
@@ -65,6 +71,14 @@ class Batcher {
   Activations batch_;  // a step of up to slots() tokens, every row's logits
   Ref next_;           // i32 [slots] argmaxes (host-readable)
   size_t bytes_ = 0;
+  struct Recorded {
+    std::unique_ptr<Graph> graph;
+    uint64_t used = 0;
+  };
+  bool use_graph_ = false;
+  std::map<std::vector<int>, Recorded> graphs_;  // by the step's list of slots
+  uint64_t steps_ = 0;
+  const Graph& graph_for(std::span<const int> which, std::span<SequenceState* const> seqs);
 };
 
 }  // namespace dq

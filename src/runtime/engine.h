@@ -56,6 +56,7 @@ class Engine {
   const ModelConfig& config() const { return ck_.config(); }
   // Tokens per prefill forward (EngineOptions::prefill_chunk, 0 resolved by the backend).
   int prefill_chunk() const { return opt_.prefill_chunk; }
+  bool uses_graph() const { return opt_.use_graph; }
   const Qwen35& model() const { return *model_; }
   Backend& backend() { return *be_; }
   Queue& queue() { return *q_; }

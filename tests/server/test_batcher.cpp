@@ -17,10 +17,11 @@ namespace {
 const std::string kDemo = std::string(DQ_SOURCE_DIR) + "/models/demo-fortunes/mlx-4bit";
 const std::string kTinyQ4 = std::string(DQ_TEST_DATA) + "/tiny-q4";
 
-std::unique_ptr<dq::Engine> open(const std::string& dir, int ctx = 256) {
+std::unique_ptr<dq::Engine> open(const std::string& dir, int ctx = 256, bool use_graph = true) {
   dq::EngineOptions o;
   o.threads = 2;
   o.max_ctx = ctx;
+  o.use_graph = use_graph;
   return dq::Engine::open(dir, o);
 }
 
@@ -61,10 +62,12 @@ Lone lone(dq::Engine& e, const std::vector<int32_t>& prompt, const std::vector<i
   return r;
 }
 
-void check_batched_equals_lone(const std::string& dir) {
-  SCOPED_TRACE(dir);
+// use_graph: the batched steps recorded per list of slots and replayed (the default), or issued
+// op by op.
+void check_batched_equals_lone(const std::string& dir, bool use_graph) {
+  SCOPED_TRACE(dir + (use_graph ? " (graphs)" : " (op by op)"));
   auto ref = open(dir);
-  auto e = open(dir);
+  auto e = open(dir, 256, use_graph);
   const int V = e->config().vocab_size;
   // Prompts of 5 tokens, 70 (across the CPU's prefill chunk of 64) and 1.
   const std::vector<std::vector<int32_t>> prompts = {ids(5, 1, V), ids(70, 2, V), ids(1, 3, V)};
@@ -129,8 +132,9 @@ void check_batched_equals_lone(const std::string& dir) {
 }  // namespace
 
 TEST(Batcher, EachSlotsLogitsAreTheBytesOfALoneSequence) {
-  check_batched_equals_lone(kDemo);
-  check_batched_equals_lone(kTinyQ4);
+  check_batched_equals_lone(kDemo, true);
+  check_batched_equals_lone(kDemo, false);
+  check_batched_equals_lone(kTinyQ4, true);
 }
 
 TEST(Batcher, PrefixReuseAndSavedStatesPerSlot) {
@@ -207,4 +211,31 @@ TEST(Batcher, BadCallsAreClearErrorsAndLeaveTheSlotsUsable) {
   EXPECT_EQ(b.position(0), 4);
   b.step(std::vector<int>{0}, std::vector<int32_t>{6}, &next);
   EXPECT_EQ(b.position(0), 5);
+}
+
+// More lists of slots than the Batcher keeps graphs for (the least recently used are dropped and
+// recorded again when they come back): the same bytes as issuing every step op by op.
+TEST(Batcher, RecordedStepsPastTheGraphLimitEqualOpByOp) {
+  auto g = open(kDemo, 256, true), o = open(kDemo, 256, false);
+  const int V = g->config().vocab_size, S = 8;
+  dq::Batcher bg(*g, S), bo(*o, S);
+  std::vector<float> lg, lo;
+  for (int s = 0; s < S; ++s) {
+    bg.feed(s, ids(3 + s, 20 + s, V));
+    bo.feed(s, ids(3 + s, 20 + s, V));
+  }
+  const int steps = int(dq::Batcher::kMaxGraphs) + 40;
+  for (int i = 0; i < steps; ++i) {
+    // 70 different subsets of the 8 slots (ascending), then the first 34 again (evicted, recorded anew)
+    const int mask = 1 + ((i % 70) * 37) % 255;
+    std::vector<int> which;
+    std::vector<int32_t> toks;
+    for (int s = 0; s < S; ++s)
+      if (mask >> s & 1) which.push_back(s), toks.push_back(int32_t((i * 131 + s * 7) % V));
+    std::vector<int32_t> ng, no;
+    bg.step(which, toks, &ng, &lg);
+    bo.step(which, toks, &no, &lo);
+    ASSERT_EQ(ng, no) << "step " << i;
+    ASSERT_TRUE(same_bytes(lg.data(), lo.data(), lg.size())) << "step " << i;
+  }
 }
