@@ -187,6 +187,12 @@ void Qwen35::forward(Queue& q, SequenceState& s, Activations& a, int n, bool all
 void Qwen35::forward_batch(Queue& q, std::span<SequenceState* const> seqs, Activations& a, Ref next) const {
   const int n = int(seqs.size());
   DQ_CHECK(n >= 1 && n <= a.max_tokens && a.all_logits, "batched step of {} sequences", n);
+  if (n == 1) {  // the lone step (its fused ops, e.g. op::ProjectGdn): the same bits
+    Activations one = a;
+    one.next = next;
+    forward(q, *seqs[0], one, 1, false);
+    return;
+  }
   const float eps = cfg_.rms_eps;
   const GdnDims gd = gdn_dims();
   const AttnDims ad = attn_dims();

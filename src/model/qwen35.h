@@ -75,7 +75,7 @@ class Qwen35 {
   // the token mixers (GDN, attention) run per sequence on its own state. Writes every row's
   // logits (a.logits [n][V]: a must have all_logits and n <= max_tokens) and row j's argmax into
   // next[j] (i32 [n]), then advances each position. Row j is the same bits as a lone forward of
-  // that sequence (the products are per token; docs/numerics.md).
+  // that sequence (the products are per token; docs/numerics.md). One sequence takes forward's ops.
   void forward_batch(Queue& q, std::span<SequenceState* const> seqs, Activations& a, Ref next) const;
 
   // Bytes one decode step reads: weight matrices (one embedding row), norms, GDN state
