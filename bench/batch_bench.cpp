@@ -5,7 +5,7 @@
 // memory bandwidth measured in the same run; and, for comparison, the engine's own batch-1 decode
 // (Engine::step_greedy: on CUDA its recorded graph and decode kernels).
 // usage: deltaq-bench-batch -m DIR [--device D] [--threads N] [--ctx N] [--slots 1,2,4,8]
-//                           [--tokens N] [--prompt N]
+//                           [--tokens N] [--prompt N] [--no-graph]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     else if (a == "--slots") slot_list = next();
     else if (a == "--tokens") tokens = std::atoi(next().c_str());
     else if (a == "--prompt") prompt = std::atoi(next().c_str());
+    else if (a == "--no-graph") opt.use_graph = false;  // op by op (DELTAQ_PROFILE=1 times each op)
     else dir.clear(), i = argc;
   }
   std::vector<int> sizes;
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   for (int n : sizes) sizes_ok = sizes_ok && n >= 1 && n <= 256;
   if (dir.empty() || tokens < 1 || prompt < 1 || !sizes_ok) {
     std::fprintf(stderr,
-                 "usage: %s -m DIR [--device D] [--threads N] [--ctx N] [--slots 1,2,4,8] [--tokens N] [--prompt N]\n",
+                 "usage: %s -m DIR [--device D] [--threads N] [--ctx N] [--slots 1,2,4,8] [--tokens N] [--prompt N] [--no-graph]\n",
                  argv[0]);
     return 2;
   }
