@@ -70,7 +70,8 @@ Command add_serve(CLI::App& app) {
             std::fflush(stdout);
             std::thread waiter([&] {
               if (srv.wait_loaded()) {
-                std::printf("deltaq serve: model ready\n");
+                std::printf("deltaq serve: model ready (%d request%s decoded together; --parallel)\n", opt.parallel,
+                            opt.parallel == 1 ? "" : "s");
                 std::fflush(stdout);
               }
             });

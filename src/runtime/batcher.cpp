@@ -4,14 +4,28 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace dq {
+
+std::string slots_unfit_reason(int slots, int ctx, size_t per_slot, size_t available) {
+  if (!available || per_slot * size_t(slots) <= available) return {};
+  return fmt::format(
+      "{} parallel sequences at a context of {} tokens need {:.2f} GB of sequence state ({:.1f} MB each); {:.2f} GB "
+      "of memory is available (lower --parallel or --ctx)",
+      slots, ctx, double(per_slot) * slots / 1e9, double(per_slot) / 1e6, double(available) / 1e9);
+}
 
 Batcher::Batcher(Engine& engine, int slots)
     : model_(engine.model()), q_(engine.queue()), use_graph_(engine.uses_graph()) {
   if (slots < 1) fail("the number of parallel sequences must be at least 1, got {}", slots);
   engine.sync();  // nothing of the engine's own in flight from here on
   Backend& be = engine.backend();
+  // The CPU backend's state pages fill as the slots' contexts do: refuse up front what would end
+  // with the process killed for memory later (the GPU's allocations fail at once, by name).
+  const std::string unfit = slots_unfit_reason(slots, model_.max_ctx(), model_.state_bytes_at(model_.max_ctx()),
+                                               be.is_cpu() ? host_memory_available() : 0);
+  if (!unfit.empty()) fail("{}", unfit);
   slots_.resize(size_t(slots));
   for (Slot& sl : slots_) {
     sl.state = model_.new_state(be);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/qwen35.h"
@@ -16,6 +17,10 @@
 #include "runtime/prompt_cache.h"
 
 namespace dq {
+
+// Empty when `slots` sequence states of per_slot bytes each (at the full context) fit the
+// available memory (0: unknown, no check); else the error, with the numbers.
+std::string slots_unfit_reason(int slots, int ctx, size_t per_slot, size_t available);
 
 class Batcher {
  public:

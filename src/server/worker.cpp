@@ -115,6 +115,10 @@ void Worker::load() {
   }
   phase("weights", 0.15);
   m->engine = Engine::open(opt_.model_dir, opt_.engine);
+  if (opt_.parallel > 1) {  // a failure here (memory) is a load error, not a dead worker later
+    phase("slots", 0.95);
+    m->batcher = std::make_unique<Batcher>(*m->engine, opt_.parallel);
+  }
   phase("ready", 1.0);
   model_ = std::move(m);
 }

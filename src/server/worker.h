@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "chat/template.h"
+#include "runtime/batcher.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "server/api.h"
@@ -55,6 +56,7 @@ struct Model {
   std::optional<chat::Template> tmpl;
   std::string template_error;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<Batcher> batcher;  // --parallel > 1: its slots, allocated while loading
 };
 
 class Worker {

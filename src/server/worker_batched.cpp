@@ -32,7 +32,7 @@ struct Active {
 
 void Worker::run_batched(PromptCache& cache) {
   Engine& engine = *model_->engine;
-  Batcher b(engine, opt_.parallel);
+  Batcher& b = *model_->batcher;
   PromptCache* pc = opt_.prompt_cache_bytes ? &cache : nullptr;
   const int chunk = std::max(1, engine.prefill_chunk());
   std::vector<std::optional<Active>> slots(size_t(b.slots()));

@@ -239,3 +239,14 @@ TEST(Batcher, RecordedStepsPastTheGraphLimitEqualOpByOp) {
     ASSERT_TRUE(same_bytes(lg.data(), lo.data(), lg.size())) << "step " << i;
   }
 }
+
+// Slots that would not fit the host's memory at their full context are refused up front, with
+// the numbers (on the CPU a state's pages fill as its context does: later would be the OOM killer).
+TEST(Batcher, SlotsBeyondTheMemoryAreAClearError) {
+  EXPECT_EQ(dq::slots_unfit_reason(4, 4096, 120'000'000, 8'000'000'000), "");
+  EXPECT_EQ(dq::slots_unfit_reason(256, 4096, 120'000'000, 0), "");  // unknown: no check
+  const std::string e = dq::slots_unfit_reason(256, 4096, 120'000'000, 8'000'000'000);
+  EXPECT_NE(e.find("256 parallel sequences at a context of 4096 tokens need 30.72 GB"), std::string::npos) << e;
+  EXPECT_NE(e.find("120.0 MB each"), std::string::npos) << e;
+  EXPECT_NE(e.find("8.00 GB of memory is available (lower --parallel or --ctx)"), std::string::npos) << e;
+}

@@ -11,23 +11,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace dq {
 
 namespace {
 constexpr size_t kHuge = size_t(2) << 20;
 constexpr size_t kChunk = size_t(64) << 20;
-
-// MemAvailable from /proc/meminfo, in bytes (0 if unknown).
-size_t memory_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    unsigned long long kb = 0;
-    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kb) == 1) return size_t(kb) * 1024;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -52,7 +42,7 @@ bool HugeWeights::enabled() {
 void* HugeWeights::copy(const void* src, size_t bytes, std::shared_ptr<const void>* owner) {
   // Anonymous memory cannot be evicted like the file's clean pages: on a machine where the model
   // barely fits, stay in place (keep 1 GB beyond the tensor free).
-  if (memory_available() < bytes + (size_t(1) << 30)) return nullptr;
+  if (host_memory_available() < bytes + (size_t(1) << 30)) return nullptr;
   const size_t need = (bytes + 63) / 64 * 64;
   if (!chunk_ || used_ + need > chunk_->size) {
     auto c = std::make_shared<Chunk>();
