@@ -35,7 +35,10 @@ Batcher::Batcher(Engine& engine, int slots)
   chunk_ = model_.new_activations(be, std::min(engine.prefill_chunk(), model_.max_ctx()), false);
   batch_ = model_.new_activations(be, slots, true);
   next_ = Ref{be.alloc_readback(4 * size_t(slots), "batch next")};
-  bytes_ += chunk_.bytes + batch_.bytes + 4 * size_t(slots);
+  drawn_ = Ref{be.alloc_readback(4 * size_t(slots), "batch drawn")};
+  top_ids_ = Ref{be.alloc(op::TopK::kMax * 4, "batch top_ids")};
+  top_vals_ = Ref{be.alloc(op::TopK::kMax * 4, "batch top_vals")};
+  bytes_ += chunk_.bytes + batch_.bytes + 8 * size_t(slots) + 8 * op::TopK::kMax;
   q_.wait();
 }
 
@@ -141,9 +144,22 @@ int32_t Batcher::feed(int s, std::span<const int32_t> ids, std::vector<float>* l
 
 void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
                    std::vector<float>* logits) {
+  run_step(which, tokens, next, logits, {}, nullptr);
+}
+
+void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
+                   std::span<const Draw> draws, std::vector<int32_t>* drawn) {
+  if (draws.size() != which.size())
+    fail("a batched step of {} slots with {} draws (one a slot, on or off)", which.size(), draws.size());
+  run_step(which, tokens, next, nullptr, draws, drawn);
+}
+
+void Batcher::run_step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
+                       std::vector<float>* logits, std::span<const Draw> draws, std::vector<int32_t>* drawn) {
   const size_t n = which.size();
   if (n == 0 || n != tokens.size() || n > slots_.size())
     fail("a batched step of {} slots with {} tokens (at most {} slots)", n, tokens.size(), slots_.size());
+  const int V = model_.config().vocab_size;
   std::vector<SequenceState*> seqs(n);
   for (size_t i = 0; i < n; ++i) {
     Slot& sl = slot(which[i]);
@@ -152,18 +168,30 @@ void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, 
     if (!sl.ok) fail("the sequence state of slot {} is unknown after a failed call: reset it first", which[i]);
     check_ids(sl, tokens.subspan(i, 1));
     seqs[i] = &sl.state;
+    if (!draws.empty() && draws[i].on) check_draw(draws[i].params, V);
   }
   write_tokens(batch_, tokens);
   if (use_graph_)
     q_.replay(graph_for(which, seqs));
   else
     model_.forward_batch(q_, seqs, batch_, next_);
+  last_n_ = n;
   next->resize(n);
   q_.go(op::Read{next_.buf, 0, 4 * n, next->data()});
-  const size_t V = size_t(model_.config().vocab_size);
   if (logits) {
-    logits->resize(n * V);
-    q_.go(op::Read{batch_.logits.buf, 0, 4 * n * V, logits->data()});
+    logits->resize(n * size_t(V));
+    q_.go(op::Read{batch_.logits.buf, 0, 4 * n * size_t(V), logits->data()});
+  }
+  if (drawn) {
+    drawn->assign(n, -1);
+    bool any = false;
+    for (size_t i = 0; i < draws.size(); ++i)
+      if (draws[i].on) {
+        enqueue_draw(q_, batch_.logits.at(i * size_t(V)), V, draws[i].params, draws[i].u, top_ids_, top_vals_,
+                     drawn_.at(i), Ref{});
+        any = true;
+      }
+    if (any) q_.go(op::Read{drawn_.buf, 0, 4 * n, drawn->data()});
   }
   for (size_t i = 0; i < n; ++i) slots_[size_t(which[i])].ok = false;
   q_.wait();
@@ -172,6 +200,17 @@ void Batcher::step(std::span<const int> which, std::span<const int32_t> tokens, 
     sl.history.push_back(tokens[i]);
     sl.ok = true;
   }
+  if (drawn)
+    for (size_t i = 0; i < draws.size(); ++i)
+      if (!draws[i].on) (*drawn)[i] = -1;
+}
+
+void Batcher::read_row(size_t i, std::vector<float>* row) {
+  if (i >= last_n_) fail("row {} of a step of {} rows", i, last_n_);
+  const size_t V = size_t(model_.config().vocab_size);
+  row->resize(V);
+  q_.go(op::Read{batch_.logits.buf, i * V * 4, V * 4, row->data()});
+  q_.wait();
 }
 
 const Graph& Batcher::graph_for(std::span<const int> which, std::span<SequenceState* const> seqs) {

@@ -57,6 +57,19 @@ class Batcher {
   // in it, and on CUDA a replay saves the launch of each of its hundreds of ops.
   void step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
             std::vector<float>* logits = nullptr);
+  // A sample for row i of a step, drawn on the backend as Engine::step_draw does (only the id
+  // comes back; -1 when the draw declines and the row decides: read_row).
+  struct Draw {
+    bool on = false;
+    DrawParams params;
+    double u = 0;  // the sampler's uniform for this draw
+  };
+  // The same step with draws: draws[i] for slot which[i]; drawn[i] receives its id (-1 where the
+  // draw declined or draws[i] is off).
+  void step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
+            std::span<const Draw> draws, std::vector<int32_t>* drawn);
+  // Row i's logits of the last step (valid until the next step).
+  void read_row(size_t i, std::vector<float>* row);
 
  private:
   struct Slot {
@@ -68,6 +81,8 @@ class Batcher {
   const Slot& slot(int s) const;
   void check_ids(const Slot& sl, std::span<const int32_t> ids) const;
   void write_tokens(const Activations& a, std::span<const int32_t> ids);
+  void run_step(std::span<const int> which, std::span<const int32_t> tokens, std::vector<int32_t>* next,
+                std::vector<float>* logits, std::span<const Draw> draws, std::vector<int32_t>* drawn);
 
   const Qwen35& model_;
   Queue& q_;
@@ -75,6 +90,9 @@ class Batcher {
   Activations chunk_;  // prefill chunks of one slot
   Activations batch_;  // a step of up to slots() tokens, every row's logits
   Ref next_;           // i32 [slots] argmaxes (host-readable)
+  Ref drawn_;          // i32 [slots] drawn ids (host-readable)
+  Ref top_ids_, top_vals_;  // op::TopK's pairs of one row's draw
+  size_t last_n_ = 0;       // rows of the last step
   size_t bytes_ = 0;
   struct Recorded {
     std::unique_ptr<Graph> graph;

@@ -164,32 +164,36 @@ void Engine::issue_ahead() {
   ahead_draw_ = false;
 }
 
-void Engine::issue_draw(const DrawParams& d, double u, bool feed, int slot) {
-  const int V = config().vocab_size;
-  if (!drawn_[slot]) drawn_[slot] = be_->alloc_readback(4, "drawn");
-  const Ref drawn{drawn_[slot]};
-  // feed: the drawn id becomes the next step's input (act1_.tokens) unless the draw declines;
-  // then the input is the argmax the graph wrote there.
-  const Ref out2 = feed ? Ref{act1_.tokens} : Ref{};
+void enqueue_draw(Queue& q, Ref logits, int vocab, const DrawParams& d, double u, Ref top_ids, Ref top_vals,
+                  Ref drawn, Ref out2) {
   if (d.plain()) {
-    q_->go(op::SampleDraw{act1_.logits, V, d.temperature, d.min_p, u, drawn, out2, Ref{}});
+    q.go(op::SampleDraw{logits, vocab, d.temperature, d.min_p, u, drawn, out2, Ref{}});
     return;
   }
-  const int k = d.top_k + 1;  // (top_k >= 1: step_draw checked)
-  if (!top_ids_) {
+  const int k = d.top_k + 1;  // (top_k >= 1: the caller checked, Engine::check_draw)
+  q.go(op::TopK{logits, vocab, k, top_ids, top_vals});
+  q.go(op::TopDraw{top_ids, top_vals, Ref{}, k, d.top_k, d.temperature, d.top_p, d.min_p, u, drawn, out2});
+}
+
+void Engine::issue_draw(const DrawParams& d, double u, bool feed, int slot) {
+  if (!drawn_[slot]) drawn_[slot] = be_->alloc_readback(4, "drawn");
+  if (!d.plain() && !top_ids_) {
     top_ids_ = be_->alloc(op::TopK::kMax * 4, "top_ids");
     top_vals_ = be_->alloc(op::TopK::kMax * 4, "top_vals");
   }
-  q_->go(op::TopK{act1_.logits, V, k, Ref{top_ids_}, Ref{top_vals_}});
-  q_->go(op::TopDraw{Ref{top_ids_}, Ref{top_vals_}, Ref{}, k, d.top_k, d.temperature, d.top_p, d.min_p, u, drawn,
-                     out2});
+  // feed: the drawn id becomes the next step's input (act1_.tokens) unless the draw declines;
+  // then the input is the argmax the graph wrote there.
+  enqueue_draw(*q_, act1_.logits, config().vocab_size, d, u, Ref{top_ids_}, Ref{top_vals_}, Ref{drawn_[slot]},
+               feed ? Ref{act1_.tokens} : Ref{});
 }
 
-void Engine::check_draw(const DrawParams& d) const {
-  if (!d.plain() && (d.top_k < 1 || d.top_k + 1 > std::min(op::TopK::kMax, config().vocab_size)))
+void check_draw(const DrawParams& d, int vocab) {
+  if (!d.plain() && (d.top_k < 1 || d.top_k + 1 > std::min(op::TopK::kMax, vocab)))
     fail("a draw on the backend takes top_k in [1, {}] (or none, with top_p 1); got top_k = {}, top_p = {}",
-         std::min(op::TopK::kMax, config().vocab_size) - 1, d.top_k, d.top_p);
+         std::min(op::TopK::kMax, vocab) - 1, d.top_k, d.top_p);
 }
+
+void Engine::check_draw(const DrawParams& d) const { dq::check_draw(d, config().vocab_size); }
 
 void Engine::issue_draw_ahead(const DrawParams& d, double u) {
   ahead_slot_ ^= 1;

@@ -47,6 +47,15 @@ struct DrawParams {
   bool operator==(const DrawParams&) const = default;
 };
 
+// Enqueues a draw from one logits row on the backend (op::SampleDraw for a plain draw, else
+// op::TopK then op::TopDraw) into drawn (i32; -1: declined, the row decides) and out2 when set.
+// top_ids / top_vals hold op::TopK::kMax entries (unused by a plain draw); top_k must be in
+// [1, TopK::kMax - 1] unless the draw is plain (Engine::check_draw).
+void enqueue_draw(Queue& q, Ref logits, int vocab, const DrawParams& d, double u, Ref top_ids, Ref top_vals,
+                  Ref drawn, Ref out2);
+// Throws dq::Error when the backend cannot draw with d (top_k out of that range).
+void check_draw(const DrawParams& d, int vocab);
+
 class Engine {
  public:
   static std::unique_ptr<Engine> open(const std::string& dir, const EngineOptions& opt = {});

@@ -35,6 +35,7 @@ void Worker::run_batched(PromptCache& cache) {
   Batcher& b = *model_->batcher;
   PromptCache* pc = opt_.prompt_cache_bytes ? &cache : nullptr;
   const int chunk = std::max(1, engine.prefill_chunk());
+  const int V = engine.config().vocab_size;
   std::vector<std::optional<Active>> slots(size_t(b.slots()));
   std::vector<uint64_t> last_use(slots.size(), 0);  // for choosing which free slot's state to give up
   uint64_t tick = 0;
@@ -216,29 +217,52 @@ void Worker::run_batched(PromptCache& cache) {
       }
     }
 
-    // One decode step for every sequence past its prompt.
+    // One decode step for every sequence past its prompt. As in the one-at-a-time worker: greedy
+    // takes the argmax, temperature alone or with top_k a draw on the backend (only the id comes
+    // back; a declined draw reads its row), anything else the whole row.
     std::vector<int> which;
-    std::vector<int32_t> tokens, next;
-    bool rows = false;  // some sequence samples from its whole row
-    for (int s = 0; s < b.slots(); ++s)
-      if (slots[size_t(s)] && slots[size_t(s)]->decoding) {
-        which.push_back(s);
-        tokens.push_back(slots[size_t(s)]->next);
-        rows = rows || !slots[size_t(s)]->seq->uses_engine_argmax();
+    std::vector<int32_t> tokens, next, drawn;
+    std::vector<Batcher::Draw> draws;
+    for (int s = 0; s < b.slots(); ++s) {
+      if (!slots[size_t(s)] || !slots[size_t(s)]->decoding) continue;
+      Sequence& seq = *slots[size_t(s)]->seq;
+      which.push_back(s);
+      tokens.push_back(slots[size_t(s)]->next);
+      Batcher::Draw d;
+      if (!seq.uses_engine_argmax() && (seq.plain() || (seq.top_needed() && seq.top_needed() <= V))) {
+        const SamplingParams& sp = seq.sampling();
+        d.on = true;
+        d.params = seq.plain() ? DrawParams{sp.temperature, sp.min_p} : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
+        d.u = seq.take_uniform();
       }
+      draws.push_back(d);
+    }
     if (which.empty()) continue;
     try {
-      b.step(which, tokens, &next, rows ? &logits : nullptr);
+      b.step(which, tokens, &next, draws, &drawn);
+      for (size_t i = 0; i < which.size(); ++i) {
+        Active& a = *slots[size_t(which[i])];
+        Sequence& seq = *a.seq;
+        int32_t tok = next[i];
+        if (draws[i].on && drawn[i] >= 0) {
+          tok = drawn[i];
+        } else if (draws[i].on) {  // declined: the row decides, with the draw's uniform
+          b.read_row(i, &logits);
+          tok = draws[i].params.plain() ? seq.choose_declined(logits, draws[i].u) : seq.choose_with(logits, draws[i].u);
+        } else if (!seq.uses_engine_argmax()) {
+          b.read_row(i, &logits);
+          tok = seq.choose(logits);
+        }
+        a.next = tok;
+      }
     } catch (const std::exception& e) {
-      for (int s : which) end_failed(s, e);
+      for (int s : which)
+        if (slots[size_t(s)]) end_failed(s, e);
       continue;
     }
-    const size_t V = size_t(engine.config().vocab_size);
     for (size_t i = 0; i < which.size(); ++i) {
       Active& a = *slots[size_t(which[i])];
-      const int32_t tok = a.seq->uses_engine_argmax() ? next[i] : a.seq->choose(std::span(logits).subspan(i * V, V));
-      a.next = tok;
-      if (a.seq->accept(tok)) end_job(which[i], std::move(a.seq->result()));
+      if (a.seq->accept(a.next)) end_job(which[i], std::move(a.seq->result()));
     }
   }
 }

@@ -3,6 +3,7 @@
 // on the demo model (models/demo-fortunes/mlx-4bit: GDN and attention layers) and tiny-q4.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -249,4 +250,51 @@ TEST(Batcher, SlotsBeyondTheMemoryAreAClearError) {
   EXPECT_NE(e.find("256 parallel sequences at a context of 4096 tokens need 30.72 GB"), std::string::npos) << e;
   EXPECT_NE(e.find("120.0 MB each"), std::string::npos) << e;
   EXPECT_NE(e.find("8.00 GB of memory is available (lower --parallel or --ctx)"), std::string::npos) << e;
+}
+
+// Samples drawn on the backend per row (temperature alone; top_k with top_p) are the ids a lone
+// sequence's Engine::step_draw takes with the same uniforms; rows without a draw give -1, and
+// read_row gives the row's logits bytes.
+TEST(Batcher, DrawsPerRowEqualALoneSequencesDraws) {
+  auto e = open(kDemo), ref = open(kDemo);
+  const int V = e->config().vocab_size;
+  dq::Batcher b(*e, 3);
+  const std::vector<std::vector<int32_t>> prompts = {ids(4, 30, V), ids(9, 31, V), ids(2, 32, V)};
+  for (int s = 0; s < 3; ++s) b.feed(s, prompts[size_t(s)]);
+  std::vector<dq::Batcher::Draw> draws(3);
+  draws[0] = {true, dq::DrawParams{0.8f, 0.0f}, 0.37};
+  draws[1] = {false, {}, 0};
+  draws[2] = {true, dq::DrawParams{0.7f, 0.05f, 5, 0.9f}, 0.81};
+  std::vector<int32_t> next, drawn, toks = {11, 12, 13};
+  for (int round = 0; round < 4; ++round) {
+    for (auto& d : draws) d.u = std::fmod(d.u + 0.29, 1.0);
+    b.step(std::vector<int>{0, 1, 2}, toks, &next, draws, &drawn);
+    ASSERT_EQ(drawn.size(), 3u);
+    EXPECT_EQ(drawn[1], -1);
+    for (int s : {0, 2}) {
+      ref->reset();
+      std::vector<int32_t> h = b.history(s);
+      h.pop_back();
+      ref->feed(h);
+      EXPECT_EQ(drawn[size_t(s)], ref->step_draw(toks[size_t(s)], draws[size_t(s)].params, draws[size_t(s)].u))
+          << "slot " << s << " round " << round;
+      EXPECT_GE(drawn[size_t(s)], 0);
+    }
+    std::vector<float> row, want;
+    b.read_row(1, &row);
+    ref->reset();
+    std::vector<int32_t> h = b.history(1);
+    h.pop_back();
+    ref->feed(h);
+    ref->step(toks[1], &want);
+    EXPECT_TRUE(same_bytes(row.data(), want.data(), size_t(V))) << "round " << round;
+    for (int s = 0; s < 3; ++s) toks[size_t(s)] = drawn[size_t(s)] >= 0 ? drawn[size_t(s)] : next[size_t(s)];
+  }
+  EXPECT_NE(error_of([&] { b.read_row(3, nullptr); }).find("row 3 of a step of 3 rows"), std::string::npos);
+  draws[2].params.top_k = 300;
+  EXPECT_NE(error_of([&] { b.step(std::vector<int>{0, 1, 2}, toks, &next, draws, &drawn); }).find("top_k"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b.step(std::vector<int>{0, 1}, std::vector<int32_t>{1, 2}, &next, draws, &drawn); })
+                .find("3 draws"),
+            std::string::npos);
 }
