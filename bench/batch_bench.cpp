@@ -5,7 +5,7 @@
 // memory bandwidth measured in the same run; and, for comparison, the engine's own batch-1 decode
 // (Engine::step_greedy: on CUDA its recorded graph and decode kernels).
 // usage: deltaq-bench-batch -m DIR [--device D] [--threads N] [--ctx N] [--slots 1,2,4,8]
-//                           [--tokens N] [--prompt N] [--no-graph]
+//                           [--tokens N] [--prompt N] [--no-graph] [--sampled]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   EngineOptions opt;
   std::string dir, slot_list = "1,2,4,8";
   int tokens = 64, prompt = 32;
+  bool sampled = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") tokens = std::atoi(next().c_str());
     else if (a == "--prompt") prompt = std::atoi(next().c_str());
     else if (a == "--no-graph") opt.use_graph = false;  // op by op (DELTAQ_PROFILE=1 times each op)
+    else if (a == "--sampled") sampled = true;  // every row a draw at temperature 0.7, top_k 20 (as serve does)
     else dir.clear(), i = argc;
   }
   std::vector<int> sizes;
@@ -46,7 +48,7 @@ int main(int argc, char** argv) {
   for (int n : sizes) sizes_ok = sizes_ok && n >= 1 && n <= 256;
   if (dir.empty() || tokens < 1 || prompt < 1 || !sizes_ok) {
     std::fprintf(stderr,
-                 "usage: %s -m DIR [--device D] [--threads N] [--ctx N] [--slots 1,2,4,8] [--tokens N] [--prompt N] [--no-graph]\n",
+                 "usage: %s -m DIR [--device D] [--threads N] [--ctx N] [--slots 1,2,4,8] [--tokens N] [--prompt N] [--no-graph] [--sampled]\n",
                  argv[0]);
     return 2;
   }
@@ -62,8 +64,9 @@ int main(int argc, char** argv) {
     const double bw = e->backend().measure_bandwidth_gbps();
     const Qwen35& m = e->model();
     const int mid = prompt + tokens / 2;
-    std::printf("backend %s; %s; prompt %d tokens a sequence, then %d steps (context %d..%d)\n",
-                e->backend().name().c_str(), dir.c_str(), prompt, tokens, prompt, prompt + tokens);
+    std::printf("backend %s; %s; prompt %d tokens a sequence, then %d steps (context %d..%d)%s\n",
+                e->backend().name().c_str(), dir.c_str(), prompt, tokens, prompt, prompt + tokens,
+                sampled ? "; batched rows drawn at temperature 0.7, top_k 20" : "");
     std::printf("memory read bandwidth measured now: %.2f GB/s\n", bw);
 
     // The engine's own batch-1 decode, for comparison.
@@ -88,13 +91,16 @@ int main(int argc, char** argv) {
         which[size_t(s)] = s;
         toks[size_t(s)] = b.feed(s, ids(prompt, uint32_t(2 + s)));
       }
-      b.step(which, toks, &next);  // warm-up
-      toks = next;
+      std::vector<Batcher::Draw> draws(size_t(n), Batcher::Draw{sampled, DrawParams{0.7f, 0.0f, 20, 1.0f}, 0.5});
+      std::vector<int32_t> drawn;
+      auto one = [&](int i) {  // a step; the drawn ids (or the argmaxes) are the next inputs
+        for (size_t r = 0; r < draws.size(); ++r) draws[r].u = double((i * 7919 + int(r) * 104729) % 1000) / 1000.0;
+        b.step(which, toks, &next, draws, &drawn);
+        for (size_t r = 0; r < toks.size(); ++r) toks[r] = sampled && drawn[r] >= 0 ? drawn[r] : next[r];
+      };
+      one(0);  // warm-up
       t0 = clk::now();
-      for (int i = 0; i < tokens - 1; ++i) {
-        b.step(which, toks, &next);
-        toks = next;
-      }
+      for (int i = 0; i < tokens - 1; ++i) one(i + 1);
       const double sec = seconds_since(t0);
       const double steps = tokens - 1;
       const double bytes = m.bytes_per_token(mid) + (n - 1) * m.sequence_bytes_per_token(mid);

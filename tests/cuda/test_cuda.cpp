@@ -3,6 +3,7 @@
 // giving the same logits bytes on the CPU and the GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "../unit/lockstep.h"
@@ -597,5 +598,45 @@ TEST(CudaModel, BatchedSlotsEqualLoneSequencesOnTheCpu) {
     int done = 0;
     for (int k = 0; k < S; ++k) done += at[size_t(k)];
     EXPECT_GT(done, S * T / 2);
+  }
+}
+
+// Samples drawn per row of a batched step on CUDA (temperature alone; top_k with top_p) are the
+// ids the CPU's lone Engine::step_draw takes with the same uniforms.
+TEST(CudaModel, BatchedDrawsEqualTheCpusLoneDraws) {
+  for (const std::string& dir : {kData + "/tiny-q4", kDemo}) {
+    EngineOptions o;
+    o.max_ctx = 256;
+    auto [cpu, gpu] = open_pair(dir, o);
+    const int V = cpu->config().vocab_size;
+    Batcher b(*gpu, 4);
+    for (int s = 0; s < 4; ++s) {
+      std::vector<int32_t> p;
+      for (int i = 0; i < 3 + 5 * s; ++i) p.push_back(int32_t((uint32_t(i) * 2654435761u + uint32_t(s) * 97u + 17u) % uint32_t(V)));
+      b.feed(s, p);
+    }
+    std::vector<Batcher::Draw> draws = {{true, DrawParams{0.8f, 0.0f}, 0.1},
+                                        {true, DrawParams{0.7f, 0.05f, 5, 0.9f}, 0.2},
+                                        {false, {}, 0},
+                                        {true, DrawParams{1.1f, 0.0f, 40, 1.0f}, 0.3}};
+    std::vector<int32_t> toks = {1, 2, 3, 4}, next, drawn;
+    for (int round = 0; round < 6; ++round) {
+      for (auto& d : draws) d.u = std::fmod(d.u + 0.37, 1.0);
+      b.step(std::vector<int>{0, 1, 2, 3}, toks, &next, draws, &drawn);
+      for (int s = 0; s < 4; ++s) {
+        std::vector<int32_t> h = b.history(s);
+        h.pop_back();
+        cpu->reset();
+        cpu->feed(h);
+        if (draws[size_t(s)].on) {
+          ASSERT_EQ(drawn[size_t(s)], cpu->step_draw(toks[size_t(s)], draws[size_t(s)].params, draws[size_t(s)].u))
+              << dir << ": slot " << s << " round " << round;
+        } else {
+          ASSERT_EQ(drawn[size_t(s)], -1);
+          ASSERT_EQ(next[size_t(s)], cpu->step(toks[size_t(s)]));
+        }
+        toks[size_t(s)] = drawn[size_t(s)] >= 0 ? drawn[size_t(s)] : next[size_t(s)];
+      }
+    }
   }
 }
