@@ -197,16 +197,13 @@ GenerateResult Generator::generate(const GenerateRequest& req, const OnText& on_
     }
     if (greedy) {
       tok = engine_.step_greedy();
-    } else if (seq.plain() || (seq.top_needed() && seq.top_needed() <= engine_.config().vocab_size)) {
+    } else if (const auto d = seq.backend_draw(engine_.config().vocab_size)) {
       // the engine draws: only the id comes back
-      const SamplingParams& sp = seq.sampling();
-      const DrawParams d = seq.plain() ? DrawParams{sp.temperature, sp.min_p}
-                                       : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
       double u = 0;
-      tok = engine_.step_draw_ahead(tok, d, [&] { return seq.take_uniform(); }, &u);
+      tok = engine_.step_draw_ahead(tok, *d, [&] { return seq.take_uniform(); }, &u);
       if (tok < 0) {  // declined: the row decides, with the draw's uniform
         engine_.read_logits(&logits);
-        tok = d.plain() ? seq.choose_declined(logits, u) : seq.choose_with(logits, u);
+        tok = seq.choose_declined_draw(logits, *d, u);
       }
     } else if (const int need = seq.top_p_needed(); need && need <= engine_.config().vocab_size) {
       // the top logits and the row's weight sum

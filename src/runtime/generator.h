@@ -98,6 +98,18 @@ class Sequence {
   int32_t choose_declined(std::span<const float> logits, double u) { return sampler_.sample_declined(logits, u); }
   // The choice from the row with the uniform u (after the engine's top-k draw declined).
   int32_t choose_with(std::span<const float> logits, double u) { return sampler_.sample_with(logits, u); }
+  // The draw the backend makes for the next token when the sampling allows one (temperature
+  // alone, or top_k: op::SampleDraw / op::TopK + op::TopDraw), else nullopt (greedy, top_p
+  // alone, penalties: the argmax, the top logits or the row decide).
+  std::optional<DrawParams> backend_draw(int vocab) const {
+    if (uses_engine_argmax() || !(plain() || (top_needed() && top_needed() <= vocab))) return std::nullopt;
+    const SamplingParams& sp = sampling();
+    return plain() ? DrawParams{sp.temperature, sp.min_p} : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
+  }
+  // The choice from the row after the backend's draw d with uniform u declined.
+  int32_t choose_declined_draw(std::span<const float> logits, const DrawParams& d, double u) {
+    return d.plain() ? choose_declined(logits, u) : choose_with(logits, u);
+  }
   // Takes the next token (chosen, or the engine's argmax). Returns true when the sequence is done.
   bool accept(int32_t token);
   // Ends the sequence now: "length" (out of context) or "cancelled".

@@ -229,12 +229,7 @@ void Worker::run_batched(PromptCache& cache) {
       which.push_back(s);
       tokens.push_back(slots[size_t(s)]->next);
       Batcher::Draw d;
-      if (!seq.uses_engine_argmax() && (seq.plain() || (seq.top_needed() && seq.top_needed() <= V))) {
-        const SamplingParams& sp = seq.sampling();
-        d.on = true;
-        d.params = seq.plain() ? DrawParams{sp.temperature, sp.min_p} : DrawParams{sp.temperature, sp.min_p, sp.top_k, sp.top_p};
-        d.u = seq.take_uniform();
-      }
+      if (const auto p = seq.backend_draw(V)) d = {true, *p, seq.take_uniform()};
       draws.push_back(d);
     }
     if (which.empty()) continue;
@@ -248,7 +243,7 @@ void Worker::run_batched(PromptCache& cache) {
           tok = drawn[i];
         } else if (draws[i].on) {  // declined: the row decides, with the draw's uniform
           b.read_row(i, &logits);
-          tok = draws[i].params.plain() ? seq.choose_declined(logits, draws[i].u) : seq.choose_with(logits, draws[i].u);
+          tok = seq.choose_declined_draw(logits, draws[i].params, draws[i].u);
         } else if (!seq.uses_engine_argmax()) {
           b.read_row(i, &logits);
           tok = seq.choose(logits);
